@@ -1,0 +1,77 @@
+/* backend/cpu/attention.c: grouped-query causal attention over a cache view, with
+ * optional sliding window, logit softcap and per-head sinks. One pass over the keys
+ * with an online softmax (running max and sum), so no [T, n] score matrix is stored. */
+#include <math.h>
+
+#include "backend/cpu/cpu.h"
+
+#define KB 64 /* keys scored per block */
+
+typedef struct {
+    const float *q;
+    const int32_t *qpos;
+    int T;
+    const attn_kv *kv;
+    const attn_params *p;
+    float *out;
+} attn_job;
+
+static void attend_one(const attn_job *j, int t, int h) {
+    const attn_params *p = j->p;
+    const attn_kv *kv = j->kv;
+    int hd = p->head_dim, g = h / (p->n_heads / p->n_kv);
+    const float *q = j->q + ((long)t * p->n_heads + h) * hd;
+    float *o = j->out + ((long)t * p->n_heads + h) * hd;
+    int32_t qp = j->qpos[t];
+    float m = -INFINITY, l = 0.0f, s[KB];
+    int idx[KB];
+    for (int d = 0; d < hd; d++) o[d] = 0.0f;
+    if (p->sinks) { m = p->sinks[h]; l = 1.0f; }
+    for (int r0 = 0; r0 < kv->n; r0 += KB) {
+        int nb = 0;
+        float bm = -INFINITY;
+        for (int r = r0; r < kv->n && r < r0 + KB; r++) {
+            int32_t kp = kv->pos[r];
+            if (kp > qp || (p->window > 0 && qp - kp >= p->window)) continue;
+            const float *k = kv->k + (long)r * kv->row_stride + (long)g * hd;
+            float d = 0.0f;
+            for (int c = 0; c < hd; c++) d += q[c] * k[c];
+            d *= p->scale;
+            if (p->softcap > 0) d = p->softcap * tanhf(d / p->softcap);
+            s[nb] = d;
+            idx[nb++] = r;
+            if (d > bm) bm = d;
+        }
+        if (!nb) continue;
+        if (bm > m) {
+            float f = expf(m - bm);
+            l *= f;
+            for (int d = 0; d < hd; d++) o[d] *= f;
+            m = bm;
+        }
+        for (int i = 0; i < nb; i++) {
+            float e = expf(s[i] - m);
+            l += e;
+            const float *v = kv->v + (long)idx[i] * kv->row_stride + (long)g * hd;
+            for (int d = 0; d < hd; d++) o[d] += e * v[d];
+        }
+    }
+    float inv = l > 0 ? 1.0f / l : 0.0f;
+    for (int d = 0; d < hd; d++) o[d] *= inv;
+}
+
+static void attn_task(void *ctx, int task, int n_tasks) {
+    attn_job *j = ctx;
+    long lo, hi, total = (long)j->T * j->p->n_heads;
+    pool_range(total, task, n_tasks, 1, &lo, &hi);
+    for (long i = lo; i < hi; i++) attend_one(j, (int)(i / j->p->n_heads), (int)(i % j->p->n_heads));
+}
+
+void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv,
+                   const attn_params *p, float *out) {
+    cpu_backend *c = b->impl;
+    attn_job j = {q, qpos, T, kv, p, out};
+    long total = (long)T * p->n_heads;
+    int tasks = total < c->n_threads ? (int)total : c->n_threads;
+    pool_run(c->pool, tasks, attn_task, &j);
+}

@@ -1,0 +1,123 @@
+/* backend/cpu/cpu.c: the CPU backend's op table, its construction, and the
+ * element-wise ops (norms, RoPE, gated activations, residual adds, embedding rows). */
+#include "backend/cpu/cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+
+static cpu_backend *cpu(backend *b) { return b->impl; }
+
+static void cpu_rmsnorm(backend *b, const float *x, const float *w, float *y, int T, int n, float eps, int plus_one) {
+    (void)b;
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (long)t * n;
+        float *yr = y + (long)t * n;
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        float r = 1.0f / sqrtf((float)(ss / n) + eps);
+        for (int i = 0; i < n; i++) {
+            float g = w ? (plus_one ? 1.0f + w[i] : w[i]) : 1.0f;
+            yr[i] = xr[i] * r * g;
+        }
+    }
+}
+
+static void cpu_rope(backend *b, float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r) {
+    (void)b;
+    int half = r->dim / 2;
+    float cs[512], sn[512];
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            float ang = (float)pos[t] * r->inv_freq[i];
+            cs[i] = cosf(ang) * r->attn_factor;
+            sn[i] = sinf(ang) * r->attn_factor;
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((long)t * n_heads + h) * head_dim;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], c = v[i + half];
+                v[i] = a * cs[i] - c * sn[i];
+                v[i + half] = c * cs[i] + a * sn[i];
+            }
+        }
+    }
+}
+
+static void cpu_glu(backend *b, float *g, const float *u, long n, int act) {
+    (void)b;
+    if (act == 0) {
+        for (long i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    } else {
+        const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+        for (long i = 0; i < n; i++) {
+            float v = g[i];
+            g[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v))) * u[i];
+        }
+    }
+}
+
+static void cpu_add(backend *b, float *y, const float *x, long n) {
+    (void)b;
+    for (long i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void cpu_embed(backend *b, const weight *w, const int32_t *tok, int T, float scale, float *x) {
+    (void)b;
+    for (int t = 0; t < T; t++) {
+        float *row = x + (long)t * w->cols;
+        weight_row_f32(w, tok[t], row);
+        if (scale != 1.0f)
+            for (int64_t i = 0; i < w->cols; i++) row[i] *= scale;
+    }
+}
+
+static const backend_ops cpu_ops = {
+    .name = "CPU",
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .glu = cpu_glu,
+    .add = cpu_add,
+    .embed = cpu_embed,
+};
+
+backend *backend_cpu_new(int n_threads, int64_t max_cols) {
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    backend *b = mem_calloc(1, sizeof *b, "backend");
+    cpu_backend *c = mem_calloc(1, sizeof *c, "CPU backend");
+    if (!b || !c) goto fail;
+    b->ops = &cpu_ops;
+    b->impl = c;
+    c->n_threads = n_threads;
+    c->max_cols = max_cols;
+    c->scratch_per = (MM_SCRATCH(max_cols) + 15) & ~15L;
+    if (!(c->scratch = mem_aligned((size_t)c->scratch_per * (size_t)n_threads * sizeof(float), "matmul scratch"))) goto fail;
+    if (!(c->pool = pool_new(n_threads))) goto fail;
+    return b;
+fail:
+    if (b) b->impl = c;
+    backend_free(b);
+    if (!b) free(c);
+    return NULL;
+}
+
+void backend_free(backend *b) {
+    if (!b) return;
+    cpu_backend *c = cpu(b);
+    if (c) {
+        pool_free(c->pool);
+        free(c->scratch);
+        free(c);
+    }
+    free(b);
+}
+
+int backend_threads(const backend *b) { return ((const cpu_backend *)b->impl)->n_threads; }

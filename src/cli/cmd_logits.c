@@ -1,0 +1,59 @@
+/* cli/cmd_logits.c: `celer logits`: the logits after every input token, as one
+ * F32 tensor "logits" [T, V] in a safetensors file. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "celer.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+
+static const opt_spec opts[] = {
+    {"--model", "-m", "DIR", "checkpoint directory (config.json + safetensors)"},
+    {"--tokens", NULL, "LIST", "input token ids, comma separated"},
+    {"--tokens-file", NULL, "FILE", "read input token ids from FILE"},
+    {"--chunk", NULL, "N", "feed N tokens per forward through the KV cache (default: all at once)"},
+    {"--output", "-o", "OUT", "output .safetensors file"},
+    {"--threads", "-t", "N", "CPU threads (default: all cores)"},
+};
+
+int cmd_logits(int argc, char **argv) {
+    args a = {"logits", "-m DIR (--tokens LIST | --tokens-file F) [--chunk N] -o OUT.safetensors",
+              "Runs the tokens through the model and writes logits [T, vocab] (float32).", opts, 6, {0}};
+    int rc = args_parse(&a, argc, argv);
+    if (rc) return rc == 1 ? 0 : 2;
+    const char *dir = args_get(&a, "--model"), *out = args_get(&a, "--output");
+    const char *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file");
+    long chunk, threads;
+    if (args_int(&a, "--chunk", 0, 1, 1 << 24, &chunk) || args_int(&a, "--threads", 0, 1, 1024, &threads)) return 2;
+    if (!dir) { args_usage_error(&a, "missing -m DIR"); return 2; }
+    if (!out) { args_usage_error(&a, "missing -o OUT.safetensors"); return 2; }
+    if (!tl == !tf) { args_usage_error(&a, "give exactly one of --tokens and --tokens-file"); return 2; }
+    int n = 0;
+    int32_t *tok = tl ? parse_token_list(tl, &n, "--tokens") : read_token_file(tf, &n);
+    if (!tok) return 1;
+    celer_model *m = celer_model_open(dir, (int)threads);
+    if (!m) {
+        cli_error("logits", "%s", celer_last_error());
+        free(tok);
+        return 1;
+    }
+    celer_model_info info;
+    celer_model_get_info(m, &info);
+    int status = 1;
+    float *logits = malloc((size_t)n * (size_t)info.vocab_size * sizeof *logits);
+    celer_session *s = logits ? celer_session_new(m, n, chunk ? (int)chunk : n) : NULL;
+    if (!s) {
+        cli_error("logits", "%s", logits ? celer_last_error() : "out of memory");
+    } else if (celer_session_eval(s, tok, n, logits, 1) != 0) {
+        cli_error("logits", "%s", celer_last_error());
+    } else {
+        int64_t shape[2] = {n, info.vocab_size};
+        if (celer_save_f32(out, "logits", logits, 2, shape) != 0) cli_error("logits", "%s", celer_last_error());
+        else status = 0;
+    }
+    celer_session_free(s);
+    celer_model_free(m);
+    free(logits);
+    free(tok);
+    return status;
+}

@@ -1,0 +1,8 @@
+/* cli/commands.h: one entry point per subcommand; each returns the exit status. */
+#ifndef CELER_CLI_COMMANDS_H
+#define CELER_CLI_COMMANDS_H
+int cmd_generate(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+#endif

@@ -1,0 +1,38 @@
+/* cli/main.c: the `celer` command: dispatches to one file per subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *about;
+} commands[] = {
+    {"generate", cmd_generate, "generate tokens greedily from a prompt of token ids"},
+    {"logits", cmd_logits, "write the logits after every input token to a safetensors file"},
+    {"bench", cmd_bench, "measure prefill and decode speed (llama-bench style)"},
+    {"synth", cmd_synth, "write a random-weight checkpoint of a published model's shape"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: celer COMMAND [options]   (celer COMMAND --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].about);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 2, argv + 2);
+    fprintf(stderr, "celer: error: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,149 @@
+/* engine/session.c: the public model and session handles. A session owns one KV
+ * cache per layer (the kind the layer plan names) and the scratch for its largest
+ * batch, all allocated when it is created; eval splits long inputs into batches. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+#include "celer.h"
+#include "engine/engine.h"
+
+const char *celer_last_error(void) { return err_msg(); }
+
+celer_model *celer_model_open(const char *dir, int n_threads) {
+    err_clear();
+    celer_model *cm = mem_calloc(1, sizeof *cm, "model");
+    if (!cm) return NULL;
+    if (!(cm->m = model_open(dir, n_threads))) {
+        free(cm);
+        return NULL;
+    }
+    weight_fmt_name(&cm->m->lw[0].wq, cm->format, sizeof cm->format);
+    return cm;
+}
+
+void celer_model_free(celer_model *cm) {
+    if (!cm) return;
+    model_free(cm->m);
+    free(cm);
+}
+
+void celer_model_get_info(const celer_model *cm, celer_model_info *info) {
+    const model *m = cm->m;
+    memset(info, 0, sizeof *info);
+    info->model_type = m->model_type;
+    info->family = m->fam->name;
+    info->format = cm->format;
+    info->backend = m->be->ops->name;
+    info->threads = backend_threads(m->be);
+    info->vocab_size = m->cfg.vocab;
+    info->hidden_size = m->cfg.hidden;
+    info->n_layers = m->cfg.n_layers;
+    info->max_context = m->cfg.max_pos;
+    info->bos_token = m->cfg.bos;
+    info->eos_token = m->cfg.eos;
+    info->n_params = m->n_params;
+    info->weight_bytes = m->weight_bytes;
+}
+
+celer_session *celer_session_new(celer_model *cm, int ctx_size, int max_batch) {
+    model *m = cm->m;
+    if (ctx_size <= 0) ctx_size = m->cfg.max_pos;
+    if (max_batch <= 0) max_batch = 512;
+    if (max_batch > ctx_size) max_batch = ctx_size;
+    celer_session *s = mem_calloc(1, sizeof *s, "session");
+    if (!s) return NULL;
+    s->cm = cm;
+    s->ctx = ctx_size;
+    if (!(s->caches = mem_calloc((size_t)m->cfg.n_layers, sizeof *s->caches, "kv caches"))) goto fail;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (!(s->caches[l] = kv_dense_new(m->plan[l].n_kv, m->plan[l].head_dim, ctx_size))) goto fail;
+    if (!(s->scratch = model_scratch_new(m, max_batch))) goto fail;
+    if (!(s->last = mem_calloc((size_t)m->cfg.vocab, sizeof(float), "logits"))) goto fail;
+    return s;
+fail:
+    celer_session_free(s);
+    return NULL;
+}
+
+void celer_session_free(celer_session *s) {
+    if (!s) return;
+    if (s->caches)
+        for (int l = 0; l < s->cm->m->cfg.n_layers; l++) kv_free(s->caches[l]);
+    free(s->caches);
+    model_scratch_free(s->scratch);
+    free(s->last);
+    free(s);
+}
+
+int celer_session_eval(celer_session *s, const int32_t *tok, int n, float *logits, int all_rows) {
+    model *m = s->cm->m;
+    const int V = m->cfg.vocab, start = s->pos;
+    if (n <= 0) return err_set("eval: no tokens");
+    if (s->pos + n > s->ctx)
+        return err_set("context full: %d cached + %d new tokens exceed the context size %d (raise --ctx-size)",
+                       s->pos, n, s->ctx);
+    for (int i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= V)
+            return err_set("token id %d at input position %d is out of range (vocab size %d)", tok[i], i, V);
+    for (int i = 0; i < n; i += s->scratch->max_T) {
+        int T = n - i < s->scratch->max_T ? n - i : s->scratch->max_T;
+        int last_chunk = i + T == n;
+        int want_all = logits && all_rows;
+        if (model_forward(m, s->caches, s->scratch, tok + i, T, s->pos, want_all) != 0) {
+            celer_session_rewind(s, start);
+            return -1;
+        }
+        s->pos += T;
+        if (want_all) memcpy(logits + (size_t)i * V, s->scratch->logits, (size_t)T * V * sizeof(float));
+        if (last_chunk) {
+            const float *lr = s->scratch->logits + (want_all ? (size_t)(T - 1) * V : 0);
+            memcpy(s->last, lr, (size_t)V * sizeof(float));
+            if (logits && !all_rows) memcpy(logits, lr, (size_t)V * sizeof(float));
+        }
+    }
+    s->has_logits = 1;
+    return 0;
+}
+
+const float *celer_session_logits(const celer_session *s) { return s->has_logits ? s->last : NULL; }
+
+int32_t celer_session_argmax(const celer_session *s) {
+    const float *l = s->last;
+    int V = s->cm->m->cfg.vocab, best = 0;
+    for (int i = 1; i < V; i++)
+        if (l[i] > l[best]) best = i;
+    return best;
+}
+
+int celer_session_pos(const celer_session *s) { return s->pos; }
+
+int celer_session_rewind(celer_session *s, int n) {
+    if (n < 0 || n > s->pos) return err_set("rewind to %d: the session holds %d tokens", n, s->pos);
+    for (int l = 0; l < s->cm->m->cfg.n_layers; l++) kv_truncate(s->caches[l], n);
+    s->pos = n;
+    s->has_logits = 0;
+    return 0;
+}
+
+int celer_generate_greedy(celer_session *s, const int32_t *prompt, int n_prompt, int n_gen,
+                          int32_t stop_token, int32_t *out) {
+    if (celer_session_eval(s, prompt, n_prompt, NULL, 0) != 0) return -1;
+    int k = 0;
+    while (k < n_gen) {
+        int32_t t = celer_session_argmax(s);
+        out[k++] = t;
+        if (t == stop_token || k == n_gen) break;
+        if (celer_session_eval(s, &t, 1, NULL, 0) != 0) return -1;
+    }
+    return k;
+}
+
+int celer_save_f32(const char *path, const char *name, const float *data, int ndim, const int64_t *shape) {
+    if (ndim < 0 || ndim > ST_MAX_DIMS) return err_set("save %s: bad rank %d", path, ndim);
+    st_out o = {.name = name, .dtype = ST_F32, .ndim = ndim, .data = data};
+    for (int i = 0; i < ndim; i++) o.shape[i] = shape[i];
+    return st_write(path, &o, 1, NULL);
+}

@@ -1,0 +1,75 @@
+/* model/rope.c: RoPE inverse frequencies and attention factor for each rope type,
+ * computed as transformers' modeling_rope_utils does (see docs/models.md). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "base/err.h"
+#include "model/model.h"
+
+static double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0; }
+
+int rope_table_init(rope_table *t, const rope_spec *r, int head_dim) {
+    int dim = (int)(head_dim * r->partial);
+    dim &= ~1;
+    if (dim < 2) return err_set("rope: rotated dimension %d is too small", dim);
+    int half = dim / 2;
+    t->dim = dim;
+    t->attn_factor = 1.0f;
+    t->inv_freq = malloc((size_t)half * sizeof *t->inv_freq);
+    if (!t->inv_freq) return err_set("out of memory");
+    double lo = 0, hi = 0;
+    if (r->type == ROPE_YARN) {
+        double ln_t = log(r->theta);
+        lo = dim * log(r->orig_max_pos / (r->beta_fast * 2 * M_PI)) / (2 * ln_t);
+        hi = dim * log(r->orig_max_pos / (r->beta_slow * 2 * M_PI)) / (2 * ln_t);
+        if (r->truncate) { lo = floor(lo); hi = ceil(hi); }
+        if (lo < 0) lo = 0;
+        if (hi > dim - 1) hi = dim - 1;
+        if (lo == hi) hi += 0.001;
+        double af = r->attn_factor;
+        if (af < 0) {
+            if (r->mscale && r->mscale_all_dim)
+                af = yarn_mscale(r->factor, r->mscale) / yarn_mscale(r->factor, r->mscale_all_dim);
+            else
+                af = yarn_mscale(r->factor, 1.0);
+        }
+        t->attn_factor = (float)af;
+    } else if (r->attn_factor > 0) {
+        t->attn_factor = (float)r->attn_factor;
+    }
+    for (int i = 0; i < half; i++) {
+        /* transformers computes base ** (2i / dim) in float32 */
+        float expo = (float)(2 * i) / (float)dim;
+        double inv = 1.0 / (double)powf((float)r->theta, expo);
+        switch (r->type) {
+        case ROPE_NONE:
+        case ROPE_DEFAULT: break;
+        case ROPE_LINEAR: inv /= r->factor; break;
+        case ROPE_LLAMA3: {
+            double wavelen = 2 * M_PI / inv;
+            double lw = r->orig_max_pos / r->low_freq_factor, hw = r->orig_max_pos / r->high_freq_factor;
+            if (wavelen > lw) {
+                inv = inv / r->factor;
+            } else if (wavelen >= hw) {
+                double s = (r->orig_max_pos / wavelen - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+                inv = (1 - s) * inv / r->factor + s * inv;
+            }
+            break;
+        }
+        case ROPE_YARN: {
+            double ramp = (i - lo) / (hi - lo);
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            inv = (inv / r->factor) * ramp + inv * (1 - ramp);
+            break;
+        }
+        }
+        t->inv_freq[i] = (float)inv;
+    }
+    return 0;
+}
+
+void rope_table_free(rope_table *t) {
+    if (!t) return;
+    free(t->inv_freq);
+    t->inv_freq = NULL;
+}
