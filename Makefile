@@ -50,7 +50,13 @@ $(B)/tests/%: tests/%.c tests/harness.h $(B)/libceler.a
 deps:
 	@scripts/deps.sh
 
-tests: $(TESTS) $(B)/celer
+# Big fixture files are committed xz-compressed; tests read them unpacked.
+FIXTURE_XZ := $(wildcard tests/fixtures/*/*/*.xz)
+FIXTURES   := $(FIXTURE_XZ:.xz=)
+$(FIXTURES): %: %.xz
+	xz -dkc $< > $@.tmp && mv $@.tmp $@
+
+tests: $(TESTS) $(B)/celer $(FIXTURES)
 
 test: deps
 	@$(MAKE) --no-print-directory tests SAN=$(SAN) BUILD=$(BUILD)

@@ -1,0 +1,68 @@
+/* tests/fixture_util.h: helpers for the fixture tests (tests/fixtures/models/<name>:
+ * a checkpoint plus ref.safetensors with seq_a/logits_a, seq_b/logits_b and ref.json).
+ * Header-only so each test binary stays one file. */
+#ifndef CELER_FIXTURE_UTIL_H
+#define CELER_FIXTURE_UTIL_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "celer.h"
+#include "io/safetensors.h"
+
+typedef struct {
+    st_file *ref;
+    const int32_t *seq[2];      /* seq_a, seq_b */
+    int len[2];
+    const float *logits[2];     /* [len, V] */
+    int vocab;
+    int prompt_len, n_generated, branch;
+} fixture_ref;
+
+static inline int fixture_load(const char *dir, fixture_ref *r) {
+    char p[512];
+    memset(r, 0, sizeof *r);
+    snprintf(p, sizeof p, "%s/ref.safetensors", dir);
+    if (!(r->ref = st_open(p))) return -1;
+    const char *names[2][2] = {{"seq_a", "logits_a"}, {"seq_b", "logits_b"}};
+    for (int i = 0; i < 2; i++) {
+        const st_tensor *s = st_find(r->ref, names[i][0]), *l = st_find(r->ref, names[i][1]);
+        if (!s || !l) return -1;
+        r->seq[i] = s->data;
+        r->len[i] = (int)s->shape[0];
+        r->logits[i] = l->data;
+        r->vocab = (int)l->shape[1];
+    }
+    snprintf(p, sizeof p, "%s/ref.json", dir);
+    json_t *j = json_load_path(p);
+    if (!j) return -1;
+    int64_t v;
+    jget_int(j, "prompt_len", 0, &v, p); r->prompt_len = (int)v;
+    jget_int(j, "n_generated", 0, &v, p); r->n_generated = (int)v;
+    jget_int(j, "branch", 0, &v, p); r->branch = (int)v;
+    json_decref(j);
+    return 0;
+}
+
+static inline void fixture_free(fixture_ref *r) { st_close(r->ref); }
+
+/* Feeds tokens [n] through a fresh session `chunk` at a time (0: all at once) and
+ * returns max |logit - ref| over every row, or -1 on error. */
+static inline double fixture_max_err(celer_model *m, const int32_t *tok, int n, const float *ref, int vocab, int chunk) {
+    float *got = malloc((size_t)n * vocab * sizeof *got);
+    celer_session *s = celer_session_new(m, n, chunk ? chunk : n);
+    double err = -1;
+    if (got && s && celer_session_eval(s, tok, n, got, 1) == 0) {
+        err = 0;
+        for (long i = 0; i < (long)n * vocab; i++) {
+            double d = got[i] - ref[i];
+            if (d < 0) d = -d;
+            if (!(d <= err)) err = d; /* NaN propagates */
+        }
+    }
+    celer_session_free(s);
+    free(got);
+    return err;
+}
+#endif
