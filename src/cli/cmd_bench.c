@@ -1,3 +1,174 @@
-/* cli/cmd_bench.c: placeholder replaced below */
+/* cli/cmd_bench.c: `celer bench`: llama-bench-style prefill (ppN) and decode (tgN)
+ * throughput, mean +- stddev over repetitions, with each figure beside its limit:
+ * decode as weight-read GB/s against the read bandwidth measured in the same run,
+ * prefill as GFLOP/s of the layers' matrix products. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "celer.h"
+#include "cli/args.h"
 #include "cli/commands.h"
-int cmd_bench(int argc, char **argv) { (void)argc; (void)argv; return 2; }
+
+static const opt_spec opts[] = {
+    {"--model", "-m", "DIR", "checkpoint directory"},
+    {"--n-prompt", "-p", "N", "prompt tokens for the prefill test (default 512; 0 skips it)"},
+    {"--n-gen", "-n", "N", "generated tokens for the decode test (default 128; 0 skips it)"},
+    {"--repetitions", "-r", "N", "repetitions of each test (default 5)"},
+    {"--threads", "-t", "N", "CPU threads (default: all cores)"},
+    {"--output", "-o", "FMT", "md (default) or json"},
+};
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    char name[16];
+    int n_prompt, n_gen;
+    double *ts;           /* [reps] tokens per second */
+    double mean, sd;
+} bench_test;
+
+/* One timed run: a fresh context, then the prompt in one batch or n_gen single steps. */
+static double run_once(celer_model *m, int vocab, int n_prompt, int n_gen, unsigned *seed) {
+    int n = n_prompt ? n_prompt : n_gen;
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    celer_session *s = tok ? celer_session_new(m, n + 1, n_prompt ? n_prompt : 1) : NULL;
+    double dt = -1;
+    if (s) {
+        for (int i = 0; i < n; i++) tok[i] = (int32_t)(rand_r(seed) % (unsigned)vocab);
+        double t0 = now();
+        int rc = 0;
+        if (n_prompt) rc = celer_session_eval(s, tok, n_prompt, NULL, 0);
+        else
+            for (int i = 0; i < n_gen && rc == 0; i++) rc = celer_session_eval(s, &tok[i], 1, NULL, 0);
+        if (rc == 0) dt = now() - t0;
+    }
+    celer_session_free(s);
+    free(tok);
+    return dt;
+}
+
+static void stats(bench_test *t, int reps) {
+    double sum = 0, sq = 0;
+    for (int i = 0; i < reps; i++) sum += t->ts[i];
+    t->mean = sum / reps;
+    for (int i = 0; i < reps; i++) sq += (t->ts[i] - t->mean) * (t->ts[i] - t->mean);
+    t->sd = reps > 1 ? sqrt(sq / (reps - 1)) : 0;
+}
+
+static void model_label(const celer_model_info *in, char *buf, size_t n) {
+    char fmt[32];
+    snprintf(fmt, sizeof fmt, "%s", in->format);
+    for (char *p = fmt; *p; p++) if (*p >= 'a' && *p <= 'z') *p = (char)(*p - 32);
+    double b = (double)in->n_params / 1e9;
+    if (b >= 1) snprintf(buf, n, "%s %.1fB %s", in->model_type, b, fmt);
+    else snprintf(buf, n, "%s %.0fM %s", in->model_type, b * 1e3, fmt);
+}
+
+int cmd_bench(int argc, char **argv) {
+    args a = {"bench", "-m DIR [-p 512] [-n 128] [-r 5] [-t N] [-o md|json]",
+              "Measures prefill (ppN) and decode (tgN) speed, llama-bench style, against the measured limits.",
+              opts, 6, {0}};
+    int rc = args_parse(&a, argc, argv);
+    if (rc) return rc == 1 ? 0 : 2;
+    const char *dir = args_get(&a, "--model"), *fmt = args_get(&a, "--output");
+    long np, ng, reps, threads;
+    if (args_int(&a, "--n-prompt", 512, 0, 1 << 20, &np) || args_int(&a, "--n-gen", 128, 0, 1 << 20, &ng) ||
+        args_int(&a, "--repetitions", 5, 1, 1000, &reps) || args_int(&a, "--threads", 0, 1, 1024, &threads))
+        return 2;
+    if (!dir) { args_usage_error(&a, "missing -m DIR"); return 2; }
+    if (!fmt) fmt = "md";
+    if (strcmp(fmt, "md") != 0 && strcmp(fmt, "json") != 0) { args_usage_error(&a, "-o wants md or json, got '%s'", fmt); return 2; }
+    int tty = cli_stderr_is_tty();
+    if (tty) fprintf(stderr, "bench: loading %s\n", dir);
+    celer_model *m = celer_model_open(dir, (int)threads);
+    if (!m) { cli_error("bench", "%s", celer_last_error()); return 1; }
+    celer_model_info in;
+    celer_model_get_info(m, &in);
+    if (tty) fprintf(stderr, "bench: measuring read bandwidth (%d threads)\n", in.threads);
+    double bw = celer_measure_read_bandwidth(in.threads);
+
+    bench_test tests[2];
+    int nt = 0;
+    if (np) { tests[nt] = (bench_test){.n_prompt = (int)np}; snprintf(tests[nt].name, 16, "pp%ld", np); nt++; }
+    if (ng) { tests[nt] = (bench_test){.n_gen = (int)ng}; snprintf(tests[nt].name, 16, "tg%ld", ng); nt++; }
+    unsigned seed = 42;
+    int status = 0;
+    for (int t = 0; t < nt && status == 0; t++) {
+        bench_test *bt = &tests[t];
+        bt->ts = calloc((size_t)reps, sizeof *bt->ts);
+        int n = bt->n_prompt ? bt->n_prompt : bt->n_gen;
+        if (!bt->ts || run_once(m, in.vocab_size, bt->n_prompt ? bt->n_prompt : 0, bt->n_gen > 16 ? 16 : bt->n_gen, &seed) < 0) {
+            cli_error("bench", "%s", bt->ts ? celer_last_error() : "out of memory");
+            status = 1;
+            break;
+        }
+        for (int r = 0; r < reps; r++) {
+            if (tty) fprintf(stderr, "\rbench: %s run %d/%ld ", bt->name, r + 1, reps);
+            double dt = run_once(m, in.vocab_size, bt->n_prompt, bt->n_gen, &seed);
+            if (dt <= 0) { cli_error("bench", "%s", celer_last_error()); status = 1; break; }
+            bt->ts[r] = n / dt;
+        }
+        stats(bt, (int)reps);
+    }
+    if (tty) fprintf(stderr, "\r%40s\r", "");
+    if (status == 0) {
+        char label[96];
+        model_label(&in, label, sizeof label);
+        double gib = (double)in.weight_bytes / (1024.0 * 1024 * 1024);
+        double flops = celer_model_layer_flops_per_token(m);
+        double kvb = (double)celer_model_kv_bytes_per_token(m);
+        if (strcmp(fmt, "md") == 0) {
+            printf("| model                          |       size |     params | backend    | threads |            test |                  t/s |\n");
+            printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |\n");
+            for (int t = 0; t < nt; t++) {
+                char tsb[48];
+                snprintf(tsb, sizeof tsb, "%.2f ± %.2f", tests[t].mean, tests[t].sd);
+                printf("| %-30s | %6.2f GiB | %8.2f B | %-10s | %7d | %15s | %20s |\n", label, gib, (double)in.n_params / 1e9,
+                       in.backend, in.threads, tests[t].name, tsb);
+            }
+            printf("\nread bandwidth (measured now, %d threads): %.1f GB/s\n", in.threads, bw);
+            for (int t = 0; t < nt; t++) {
+                const bench_test *bt = &tests[t];
+                if (bt->n_gen) {
+                    double bytes = (double)in.weight_bytes + kvb * bt->n_gen / 2.0;
+                    double gbs = bytes * bt->mean / 1e9;
+                    printf("%s: %.3f GB read per token (weights + mean KV) -> %.1f GB/s = %.0f%% of read bandwidth\n",
+                           bt->name, bytes / 1e9, gbs, 100 * gbs / bw);
+                } else {
+                    printf("%s: %.2f GFLOP per token (layer matmuls) -> %.1f GFLOP/s\n", bt->name, flops / 1e9,
+                           flops * bt->mean / 1e9);
+                }
+            }
+        } else {
+            printf("[\n");
+            for (int t = 0; t < nt; t++) {
+                const bench_test *bt = &tests[t];
+                double bytes = (double)in.weight_bytes + (bt->n_gen ? kvb * bt->n_gen / 2.0 : 0);
+                printf("  {\"model\": \"%s\", \"model_type\": \"%s\", \"format\": \"%s\", \"size_bytes\": %llu, "
+                       "\"n_params\": %lld, \"backend\": \"%s\", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, "
+                       "\"n_gen\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
+                       label, in.model_type, in.format, (unsigned long long)in.weight_bytes, (long long)in.n_params,
+                       in.backend, in.threads, bt->name, bt->n_prompt, bt->n_gen, bt->mean, bt->sd);
+                for (int r = 0; r < reps; r++) printf("%s%.4f", r ? ", " : "", bt->ts[r]);
+                printf("], \"read_bandwidth_gbs\": %.3f, ", bw);
+                if (bt->n_gen)
+                    printf("\"bytes_per_token\": %.0f, \"gbs\": %.3f, \"bandwidth_ratio\": %.4f}", bytes,
+                           bytes * bt->mean / 1e9, bytes * bt->mean / 1e9 / bw);
+                else
+                    printf("\"flops_per_token\": %.0f, \"gflops\": %.3f}", flops, flops * bt->mean / 1e9);
+                printf("%s\n", t + 1 < nt ? "," : "");
+            }
+            printf("]\n");
+        }
+    }
+    for (int t = 0; t < nt; t++) free(tests[t].ts);
+    celer_model_free(m);
+    return status;
+}

@@ -181,9 +181,22 @@ const st_tensor *st_find(const st_file *f, const char *name) {
     return bsearch(&key, f->t, (size_t)f->n, sizeof *f->t, cmp_name);
 }
 
-int st_write(const char *path, const st_out *ts, int n, const char *metadata_json) {
+struct st_writer {
+    char *path;
+    FILE *fp;
+    uint64_t want, done;
+    int failed;
+};
+
+static size_t out_bytes(const st_out *t) {
+    uint64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) numel *= (uint64_t)t->shape[d];
+    return (size_t)(numel * st_dtype_size(t->dtype));
+}
+
+st_writer *st_writer_open(const char *path, const st_out *ts, int n, const char *metadata_json) {
     json_t *hdr = json_object();
-    if (!hdr) return err_set("out of memory");
+    if (!hdr) { err_set("out of memory"); return NULL; }
     if (metadata_json) {
         json_t *m = json_loads(metadata_json, 0, NULL);
         if (m) json_object_set_new(hdr, "__metadata__", m);
@@ -191,39 +204,77 @@ int st_write(const char *path, const st_out *ts, int n, const char *metadata_jso
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         json_t *e = json_object(), *sh = json_array();
-        uint64_t numel = 1;
-        for (int d = 0; d < ts[i].ndim; d++) {
-            json_array_append_new(sh, json_integer(ts[i].shape[d]));
-            numel *= (uint64_t)ts[i].shape[d];
-        }
-        uint64_t nb = numel * st_dtype_size(ts[i].dtype);
+        for (int d = 0; d < ts[i].ndim; d++) json_array_append_new(sh, json_integer(ts[i].shape[d]));
+        uint64_t nb = out_bytes(&ts[i]);
         json_object_set_new(e, "dtype", json_string(st_dtype_name(ts[i].dtype)));
         json_object_set_new(e, "shape", sh);
         json_object_set_new(e, "data_offsets", json_pack("[II]", (json_int_t)off, (json_int_t)(off + nb)));
         json_object_set_new(hdr, ts[i].name, e);
         off += nb;
     }
-    char *text = json_dumps(hdr, JSON_COMPACT);
+    char *text = json_dumps(hdr, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(hdr);
-    if (!text) return err_set("out of memory");
-    size_t tl = strlen(text), padded = (tl + 7) & ~(size_t)7;
+    if (!text) { err_set("out of memory"); return NULL; }
+    st_writer *w = calloc(1, sizeof *w);
     FILE *fp = fopen(path, "wb");
-    if (!fp) {
+    if (!w || !fp || !(w->path = strdup(path))) {
+        err_set("%s: cannot create: %s", path, strerror(errno));
+        if (fp) fclose(fp);
+        if (w) free(w->path);
+        free(w);
         free(text);
-        return err_set("%s: cannot create: %s", path, strerror(errno));
+        return NULL;
     }
+    w->fp = fp;
+    w->want = off;
+    size_t tl = strlen(text), padded = (tl + 7) & ~(size_t)7;
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     int ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(text, 1, tl, fp) == tl;
     for (size_t i = tl; ok && i < padded; i++) ok = fputc(' ', fp) != EOF;
     free(text);
-    for (int i = 0; ok && i < n; i++) {
-        uint64_t numel = 1;
-        for (int d = 0; d < ts[i].ndim; d++) numel *= (uint64_t)ts[i].shape[d];
-        size_t nb = (size_t)(numel * st_dtype_size(ts[i].dtype));
-        ok = fwrite(ts[i].data, 1, nb, fp) == nb;
+    if (!ok) w->failed = 1;
+    return w;
+}
+
+int st_writer_write(st_writer *w, const void *buf, size_t n) {
+    if (w->failed) return -1;
+    if (w->done + n > w->want || fwrite(buf, 1, n, w->fp) != n) {
+        w->failed = 1;
+        return err_set("%s: write failed: %s", w->path, w->done + n > w->want ? "more bytes than the header announced" : strerror(errno));
     }
-    if (fclose(fp) != 0) ok = 0;
-    if (!ok) return err_set("%s: write failed: %s", path, strerror(errno));
+    w->done += n;
     return 0;
+}
+
+int st_writer_close(st_writer *w) {
+    if (!w) return 0;
+    int bad = w->failed || w->done != w->want;
+    if (fclose(w->fp) != 0) bad = 1;
+    int rc = 0;
+    if (bad) {
+        rc = err_set("%s: write failed (%llu of %llu data bytes written)", w->path,
+                     (unsigned long long)w->done, (unsigned long long)w->want);
+        remove(w->path);
+    }
+    free(w->path);
+    free(w);
+    return rc;
+}
+
+void st_writer_abort(st_writer *w) {
+    if (!w) return;
+    w->failed = 1;
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", err_msg());
+    st_writer_close(w);
+    err_set("%s", msg); /* keep the caller's reason */
+}
+
+int st_write(const char *path, const st_out *ts, int n, const char *metadata_json) {
+    st_writer *w = st_writer_open(path, ts, n, metadata_json);
+    if (!w) return -1;
+    for (int i = 0; i < n; i++)
+        if (st_writer_write(w, ts[i].data, out_bytes(&ts[i])) != 0) break;
+    return st_writer_close(w);
 }

@@ -54,4 +54,14 @@ typedef struct {
 
 /* Writes tensors to path (metadata may be NULL: a JSON object's text). -1 on error. */
 int st_write(const char *path, const st_out *ts, int n, const char *metadata_json);
+
+/* Streaming writer for files too big to hold in memory: the header is written from
+ * ts (data ignored), then the caller appends every tensor's bytes in order. */
+typedef struct st_writer st_writer;
+st_writer *st_writer_open(const char *path, const st_out *ts, int n, const char *metadata_json);
+int st_writer_write(st_writer *w, const void *buf, size_t n);
+/* Checks that exactly the announced bytes were written, closes; -1 on any error. */
+int st_writer_close(st_writer *w);
+/* Closes and deletes a partial file. */
+void st_writer_abort(st_writer *w);
 #endif

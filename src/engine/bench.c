@@ -1,0 +1,20 @@
+/* engine/bench.c: public measurement helpers used by `celer bench`: the machine's
+ * read bandwidth and the per-token work of a model, the denominators of its ratios. */
+#include "backend/cpu/bandwidth.h"
+#include "celer.h"
+#include "engine/engine.h"
+
+double celer_measure_read_bandwidth(int n_threads) { return cpu_read_bandwidth(n_threads, (size_t)1 << 30); }
+
+double celer_model_layer_flops_per_token(const celer_model *cm) {
+    const model *m = cm->m;
+    int64_t head = (int64_t)m->cfg.vocab * m->cfg.hidden * (m->cfg.tie ? 1 : 2);
+    return 2.0 * (double)(m->n_params - head);
+}
+
+uint64_t celer_model_kv_bytes_per_token(const celer_model *cm) {
+    const model *m = cm->m;
+    uint64_t b = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) b += 2ull * (uint64_t)m->plan[l].n_kv * (uint64_t)m->plan[l].head_dim * sizeof(float);
+    return b;
+}
