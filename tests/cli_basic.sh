@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# tests/cli_basic.sh: the `celer` command as scripts use it: --help everywhere,
+# usage errors exit 2 naming the flag, model errors exit 1 naming the file, and the
+# outputs (logits safetensors, generated ids, bench tables) in their exact forms.
+set -u
+C=${CELER_BIN:-build/celer}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0; fail=0
+ok()   { pass=$((pass + 1)); echo "ok   $1"; }
+bad()  { fail=$((fail + 1)); echo "FAIL $1"; }
+expect() { # name, wanted exit code, grep pattern for output (or ""), command...
+  local name=$1 want=$2 pat=$3; shift 3
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$want" ]; then bad "$name (exit $rc, want $want): $out"; return; fi
+  if [ -n "$pat" ] && ! grep -q -- "$pat" <<<"$out"; then bad "$name: output lacks '$pat': $out"; return; fi
+  ok "$name"
+}
+M=tests/fixtures/models/llama
+
+for cmd in logits generate bench synth; do
+  expect "$cmd --help" 0 "usage: celer $cmd" "$C" "$cmd" --help
+  expect "$cmd unknown flag" 2 "unknown flag '--frobnicate'" "$C" "$cmd" --frobnicate
+done
+expect "no command" 2 "usage: celer COMMAND" "$C"
+expect "unknown command" 2 "unknown command 'fly'" "$C" fly
+expect "help" 0 "commands:" "$C" --help
+expect "missing value" 2 "flag '-n' needs a value" "$C" generate -m "$M" --tokens 1 -n
+expect "bad integer" 2 "flag '--chunk' wants an integer" "$C" logits -m "$M" --tokens 1 --chunk 0 -o "$T/x"
+expect "missing -m" 2 "missing -m DIR" "$C" generate --tokens 1
+expect "both token sources" 2 "exactly one of --tokens" "$C" logits -m "$M" --tokens 1 --tokens-file x -o "$T/x"
+expect "bad token list" 1 "'x' is not a token id" "$C" generate -m "$M" --tokens 1,x
+expect "token out of range" 1 "token id 512" "$C" generate -m "$M" --tokens 1,512
+expect "missing model dir" 1 "no such checkpoint directory" "$C" generate -m "$T/none" --tokens 1
+expect "unknown shape" 1 "unknown shape \"nope\"" "$C" synth --shape nope -o "$T/s"
+
+# generate prints exactly the generated ids, comma separated, on one line
+out=$("$C" generate -m "$M" --tokens 5,6,7 -n 4 2>/dev/null)
+if [[ "$out" =~ ^[0-9]+,[0-9]+,[0-9]+,[0-9]+$ ]]; then ok "generate output form"; else bad "generate output form: '$out'"; fi
+
+# logits writes one F32 tensor "logits" [T, V]; chunked feeding gives the same rows
+"$C" logits -m "$M" --tokens 5,6,7,8,9 -o "$T/a.safetensors" && "$C" logits -m "$M" --tokens 5,6,7,8,9 --chunk 2 -o "$T/b.safetensors"
+hdr=$(head -c 200 "$T/a.safetensors" | tr -d '\0' | grep -ao '"logits":{[^}]*}')
+if grep -q '"dtype":"F32"' <<<"$hdr" && grep -q '"shape":\[5,512\]' <<<"$hdr"; then ok "logits file form"; else bad "logits file form: $hdr"; fi
+printf '5 6\n7,8\n9\n' > "$T/toks"
+"$C" logits -m "$M" --tokens-file "$T/toks" -o "$T/c.safetensors"
+if cmp -s "$T/a.safetensors" "$T/c.safetensors"; then ok "tokens-file same as --tokens"; else bad "tokens-file differs"; fi
+
+# synth + bench: the llama-bench table and the json rows
+"$C" synth --shape tiny -o "$T/tiny" && ok "synth tiny" || bad "synth tiny"
+out=$("$C" bench -m "$T/tiny" -p 16 -n 8 -r 2 -t 1 2>/dev/null)
+if grep -q '^| model ' <<<"$out" && grep -q '| *pp16 |' <<<"$out" && grep -q '| *tg8 |' <<<"$out" && grep -q '% of read bandwidth' <<<"$out"; then
+  ok "bench md"; else bad "bench md: $out"; fi
+out=$("$C" bench -m "$T/tiny" -p 16 -n 0 -r 1 -t 1 -o json 2>/dev/null)
+if grep -q '"test": "pp16"' <<<"$out" && grep -q '"avg_ts"' <<<"$out" && [ "$(head -c1 <<<"$out")" = "[" ]; then ok "bench json"; else bad "bench json: $out"; fi
+# nothing on stderr when stderr is not a terminal
+err=$("$C" generate -m "$T/tiny" --tokens 1,2 -n 3 2>&1 >/dev/null)
+if [ -z "$err" ]; then ok "quiet in pipes"; else bad "stderr in a pipe: $err"; fi
+
+echo "@@ $pass passed $fail failed"
+[ "$fail" = 0 ]
