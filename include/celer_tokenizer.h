@@ -1,0 +1,90 @@
+/* celer_tokenizer.h: text <-> token ids and chat templates, agreeing with Hugging Face
+ * tokenizers / transformers on the files real checkpoints ship (tokenizer.json,
+ * tokenizer_config.json, chat_template.jinja).
+ *
+ *     celer_tokenizer *t = celer_tokenizer_open("path/to/ckpt");
+ *     int32_t *ids;
+ *     int n = celer_tokenize(t, "Hello!", 6, 1, &ids);          // 1: add BOS/EOS as configured
+ *     char *text = celer_detokenize(t, ids, n, 0, NULL);        // "Hello!" (plus BOS text if added)
+ *     free(ids); free(text);
+ *     char *prompt = celer_chat_render(t, "[{\"role\":\"user\",\"content\":\"Hi\"}]", NULL, 1);
+ *     free(prompt);
+ *     celer_tokenizer_free(t);
+ *
+ * Every function that can fail returns NULL or -1 and leaves a message in
+ * celer_last_error(). Strings returned to the caller are malloc'd and freed with free().
+ * A tokenizer is immutable after open: it may be used from several threads at once.
+ */
+#ifndef CELER_TOKENIZER_H
+#define CELER_TOKENIZER_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct celer_tokenizer celer_tokenizer;
+
+/* Opens the tokenizer of a checkpoint directory: DIR/tokenizer.json, plus
+ * DIR/tokenizer_config.json and DIR/chat_template.jinja when present. `path` may also
+ * name a tokenizer.json file directly. NULL on error (an unsupported component is named). */
+celer_tokenizer *celer_tokenizer_open(const char *path);
+void celer_tokenizer_free(celer_tokenizer *t);
+
+/* Encodes len bytes of text (invalid UTF-8 is replaced by U+FFFD first, as Python's
+ * errors="replace" would). add_special: add BOS/EOS as the tokenizer config says
+ * (transformers' default); 0 = tokenizers' encode(text, add_special_tokens=False).
+ * On success *ids gets a malloc'd array (never NULL, free it) and the count is returned;
+ * -1 on error with *ids = NULL. */
+int celer_tokenize(const celer_tokenizer *t, const char *text, size_t len, int add_special, int32_t **ids);
+
+/* Decodes ids to text (decode(ids, skip_special_tokens=skip_special)); unknown ids are
+ * skipped as tokenizers does. Returns a malloc'd NUL-terminated string (its byte length
+ * in *len when len is not NULL), or NULL on error. */
+char *celer_detokenize(const celer_tokenizer *t, const int32_t *ids, size_t n, int skip_special, size_t *len);
+
+/* Vocabulary size including added tokens (largest id + 1). */
+int celer_tokenizer_n_vocab(const celer_tokenizer *t);
+/* Id of a token string (added tokens first, then the model vocab), or -1. */
+int32_t celer_tokenizer_token_id(const celer_tokenizer *t, const char *token);
+/* Token string of an id (borrowed, valid while t lives), or NULL. */
+const char *celer_tokenizer_token(const celer_tokenizer *t, int32_t id);
+/* BOS / EOS ids from tokenizer_config.json (bos_token / eos_token), -1 when none. */
+int32_t celer_tokenizer_bos(const celer_tokenizer *t);
+int32_t celer_tokenizer_eos(const celer_tokenizer *t);
+/* 1 when id is a special added token (BOS, EOS, <|im_end|>, ...). */
+int celer_tokenizer_is_special(const celer_tokenizer *t, int32_t id);
+
+/* Streaming detokenizer: feed ids one at a time as they are generated; each call
+ * returns the text that became final. Never returns a broken UTF-8 sequence and returns
+ * every decoded byte exactly once: concatenating every put and the final flush equals
+ * celer_detokenize of all ids. */
+typedef struct celer_detok celer_detok;
+celer_detok *celer_detok_new(const celer_tokenizer *t, int skip_special);
+/* Returns the new text (possibly ""), owned by the stream and valid until the next call
+ * on it; its byte length in *len when len is not NULL. NULL on error. */
+const char *celer_detok_put(celer_detok *d, int32_t id, size_t *len);
+/* Returns whatever is still held back (an incomplete UTF-8 tail decodes as U+FFFD). */
+const char *celer_detok_flush(celer_detok *d, size_t *len);
+void celer_detok_free(celer_detok *d);
+
+/* Renders the tokenizer's chat template (chat_template.jinja, else tokenizer_config.json
+ * "chat_template", the "default" one when it is a named list) with messages (a JSON
+ * array of {"role","content",...}), tools (a JSON array or NULL) and
+ * add_generation_prompt, plus bos_token / eos_token from the config. Returns a malloc'd
+ * string, or NULL with a message: a template error names the line and column, and
+ * raise_exception reports the template's own message. */
+char *celer_chat_render(const celer_tokenizer *t, const char *messages_json, const char *tools_json,
+                        int add_generation_prompt);
+/* 1 when the tokenizer has a chat template. */
+int celer_tokenizer_has_template(const celer_tokenizer *t);
+
+/* Renders any Jinja template with the variables of a JSON object (vars_json may be NULL).
+ * The same interpreter as celer_chat_render; returns a malloc'd string or NULL. */
+char *celer_jinja_render(const char *tmpl, size_t tmpl_len, const char *vars_json);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,305 @@
+/* tokenizer/bpe.c: the BPE model of tokenizers: vocab and merges from tokenizer.json
+ * ("a b" strings or ["a", "b"] pairs), byte fallback, unk fusing, ignore_merges, and
+ * word encoding by rank-ordered merging with a binary heap (O(n log n) per word,
+ * lowest rank first, leftmost first among equal ranks, as tokenizers' Word::merge_all).
+ * Invariant: merges maps (left id, right id) to (rank, merged id); every id in it is a
+ * vocab id. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "tokenizer/tok.h"
+
+static char *dup_str(const tj_val *v) {
+    if (!v || v->type != TJ_STR || v->n == 0) return NULL;
+    char *p = malloc(v->n + 1);
+    if (p) memcpy(p, v->u.s, v->n + 1);
+    return p;
+}
+
+int tk_bpe_parse(tk_bpe *b, const tj_val *model, const char *where) {
+    memset(b, 0, sizeof *b);
+    b->unk_id = -1;
+    const tj_val *t = tj_get(model, "type");
+    if (t && !tj_is_str(t, "BPE")) {
+        return err_set("%s: unsupported model type \"%s\" (celer supports BPE)", where,
+                       t->type == TJ_STR ? t->u.s : "?");
+    }
+    const tj_val *vocab = tj_get(model, "vocab"), *merges = tj_get(model, "merges");
+    if (!vocab || vocab->type != TJ_OBJ) return err_set("%s: model.vocab must be an object", where);
+    if (merges && merges->type != TJ_ARR) return err_set("%s: model.merges must be an array", where);
+    const tj_val *dr = tj_get(model, "dropout");
+    if (dr && dr->type == TJ_NUM && dr->u.num > 0) return err_set("%s: BPE dropout is not supported", where);
+    const tj_val *v;
+    b->byte_fallback = (v = tj_get(model, "byte_fallback")) && v->type == TJ_TRUE;
+    b->fuse_unk = (v = tj_get(model, "fuse_unk")) && v->type == TJ_TRUE;
+    b->ignore_merges = (v = tj_get(model, "ignore_merges")) && v->type == TJ_TRUE;
+    b->cont_prefix = dup_str(tj_get(model, "continuing_subword_prefix"));
+    b->eow_suffix = dup_str(tj_get(model, "end_of_word_suffix"));
+    if (tk_strmap_init(&b->vocab, vocab->n)) return -1;
+    for (uint32_t i = 0; i < vocab->n; i++) {
+        const tj_val *k = &vocab->u.items[2 * i], *id = &vocab->u.items[2 * i + 1];
+        if (id->type != TJ_NUM || id->u.num < 0 || id->u.num > 2e9 || id->u.num != (double)(int32_t)id->u.num)
+            return err_set("%s: model.vocab[\"%.40s\"] is not a token id", where, k->u.s);
+        if (tk_strmap_put(&b->vocab, k->u.s, k->n, (int32_t)id->u.num)) return -1;
+    }
+    for (int i = 0; i < 256; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", i);
+        b->byte_id[i] = tk_strmap_get(&b->vocab, name, 6);
+    }
+    const tj_val *unk = tj_get(model, "unk_token");
+    if (unk && unk->type == TJ_STR) {
+        b->unk_id = tk_strmap_get(&b->vocab, unk->u.s, unk->n);
+        if (b->unk_id < 0) return err_set("%s: model.unk_token \"%s\" is not in the vocab", where, unk->u.s);
+    }
+    uint32_t nm = merges ? merges->n : 0;
+    if (tk_u64map_init(&b->merges, nm)) return -1;
+    char buf[1024];
+    for (uint32_t r = 0; r < nm; r++) {
+        const tj_val *m = &merges->u.items[r];
+        const char *a, *c;
+        size_t an, cn;
+        if (m->type == TJ_STR) {
+            const char *sp = memchr(m->u.s, ' ', m->n);
+            /* "a b": split at the first space after the first byte, as tokenizers does */
+            if (m->n > 1) sp = memchr(m->u.s + 1, ' ', m->n - 1);
+            if (!sp) return err_set("%s: model.merges[%u] \"%.40s\" is not \"a b\"", where, r, m->u.s);
+            a = m->u.s;
+            an = (size_t)(sp - m->u.s);
+            c = sp + 1;
+            cn = m->n - an - 1;
+        } else if (m->type == TJ_ARR && m->n == 2 && m->u.items[0].type == TJ_STR && m->u.items[1].type == TJ_STR) {
+            a = m->u.items[0].u.s;
+            an = m->u.items[0].n;
+            c = m->u.items[1].u.s;
+            cn = m->u.items[1].n;
+        } else return err_set("%s: model.merges[%u] is neither \"a b\" nor [\"a\", \"b\"]", where, r);
+        int32_t ia = tk_strmap_get(&b->vocab, a, an), ic = tk_strmap_get(&b->vocab, c, cn);
+        if (ia < 0 || ic < 0)
+            return err_set("%s: model.merges[%u]: \"%.*s\" is not in the vocab", where, r, (int)(ia < 0 ? an : cn),
+                           ia < 0 ? a : c);
+        if (an + cn > sizeof buf) return err_set("%s: model.merges[%u] is too long", where, r);
+        memcpy(buf, a, an);
+        memcpy(buf + an, c, cn);
+        int32_t im = tk_strmap_get(&b->vocab, buf, an + cn);
+        if (im < 0) return err_set("%s: model.merges[%u]: merged token \"%.*s\" is not in the vocab", where, r, (int)(an + cn), buf);
+        /* a repeated pair keeps its last rank, as tokenizers' HashMap collect does */
+        uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ic;
+        if (tk_u64map_put(&b->merges, key, (uint64_t)r << 32 | (uint32_t)im)) return -1;
+    }
+    return 0;
+}
+
+void tk_bpe_free(tk_bpe *b) {
+    tk_strmap_free(&b->vocab);
+    tk_u64map_free(&b->merges);
+    free(b->cont_prefix);
+    free(b->eow_suffix);
+    memset(b, 0, sizeof *b);
+}
+
+/* ---- word encoding */
+#define CACHE_MAX_WORD 64
+#define CACHE_MAX_ENTRIES 200000
+
+struct tk_bpe_scratch {
+    int32_t *sym;        /* [cap] symbol ids */
+    int32_t *prev, *next;/* [cap] links, -1 at the ends */
+    uint8_t *dead;       /* [cap] merged into its left neighbour */
+    uint64_t *heap;      /* [hcap] rank << 32 | position */
+    size_t cap, hcap;
+    tk_strmap cache;     /* word -> offset into cids: [count, ids...] */
+    int32_t *cids;
+    size_t cn, ccap;
+    int cache_ok;
+    tk_buf key;
+};
+
+tk_bpe_scratch *tk_bpe_scratch_new(void) {
+    tk_bpe_scratch *s = calloc(1, sizeof *s);
+    if (!s) err_set("out of memory");
+    return s;
+}
+
+void tk_bpe_scratch_free(tk_bpe_scratch *s) {
+    if (!s) return;
+    free(s->sym);
+    free(s->prev);
+    free(s->next);
+    free(s->dead);
+    free(s->heap);
+    if (s->cache_ok) tk_strmap_free(&s->cache);
+    free(s->cids);
+    tkb_free(&s->key);
+    free(s);
+}
+
+static int scratch_fit(tk_bpe_scratch *s, size_t n) {
+    if (n <= s->cap) return 0;
+    size_t nc = s->cap ? s->cap : 64;
+    while (nc < n) nc *= 2;
+    int32_t *a = realloc(s->sym, nc * sizeof *a);
+    if (a) s->sym = a;
+    int32_t *p = realloc(s->prev, nc * sizeof *p);
+    if (p) s->prev = p;
+    int32_t *q = realloc(s->next, nc * sizeof *q);
+    if (q) s->next = q;
+    uint8_t *d = realloc(s->dead, nc);
+    if (d) s->dead = d;
+    uint64_t *h = realloc(s->heap, 2 * nc * sizeof *h);
+    if (h) s->heap = h;
+    if (!a || !p || !q || !d || !h) return err_set("out of memory encoding a word of %zu bytes", n);
+    s->cap = nc;
+    s->hcap = 2 * nc;
+    return 0;
+}
+
+static inline void heap_push(uint64_t *h, size_t *n, uint64_t v) {
+    size_t i = (*n)++;
+    while (i) {
+        size_t p = (i - 1) / 2;
+        if (h[p] <= v) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = v;
+}
+
+static inline uint64_t heap_pop(uint64_t *h, size_t *n) {
+    uint64_t top = h[0], v = h[--*n];
+    size_t i = 0, m = *n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= m) break;
+        if (c + 1 < m && h[c + 1] < h[c]) c++;
+        if (v <= h[c]) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (m) h[i] = v;
+    return top;
+}
+
+static int push_ids(int32_t **ids, size_t *n, size_t *cap, const int32_t *src, size_t k) {
+    if (*n + k > *cap) {
+        size_t nc = *cap ? *cap : 64;
+        while (nc < *n + k) nc *= 2;
+        int32_t *ni = realloc(*ids, nc * sizeof *ni);
+        if (!ni) return err_set("out of memory for token ids");
+        *ids = ni;
+        *cap = nc;
+    }
+    memcpy(*ids + *n, src, k * sizeof *src);
+    *n += k;
+    return 0;
+}
+
+/* Merges the symbols of one word; appends the resulting ids. */
+static int bpe_merge(const tk_bpe *b, tk_bpe_scratch *s, size_t ns, int32_t **ids, size_t *nids, size_t *cap) {
+    int32_t *sym = s->sym, *prev = s->prev, *next = s->next;
+    uint8_t *dead = s->dead;
+    uint64_t *h = s->heap, v;
+    size_t hn = 0;
+    for (size_t i = 0; i < ns; i++) {
+        prev[i] = (int32_t)i - 1;
+        next[i] = i + 1 < ns ? (int32_t)i + 1 : -1;
+        dead[i] = 0;
+    }
+    for (size_t i = 0; i + 1 < ns; i++)
+        if (tk_u64map_get(&b->merges, (uint64_t)(uint32_t)sym[i] << 32 | (uint32_t)sym[i + 1], &v))
+            heap_push(h, &hn, (v & 0xFFFFFFFF00000000ull) | i);
+    while (hn) {
+        uint64_t top = heap_pop(h, &hn);
+        uint32_t pos = (uint32_t)top, rank = (uint32_t)(top >> 32);
+        if (dead[pos] || next[pos] < 0) continue;
+        int32_t r = next[pos];
+        if (!tk_u64map_get(&b->merges, (uint64_t)(uint32_t)sym[pos] << 32 | (uint32_t)sym[r], &v) || (uint32_t)(v >> 32) != rank)
+            continue;
+        sym[pos] = (int32_t)(uint32_t)v;
+        dead[r] = 1;
+        next[pos] = next[r];
+        if (next[r] >= 0) prev[next[r]] = (int32_t)pos;
+        if (hn + 2 > s->hcap) return err_set("internal: BPE heap overflow");
+        if (prev[pos] >= 0 &&
+            tk_u64map_get(&b->merges, (uint64_t)(uint32_t)sym[prev[pos]] << 32 | (uint32_t)sym[pos], &v))
+            heap_push(h, &hn, (v & 0xFFFFFFFF00000000ull) | (uint32_t)prev[pos]);
+        if (next[pos] >= 0 &&
+            tk_u64map_get(&b->merges, (uint64_t)(uint32_t)sym[pos] << 32 | (uint32_t)sym[next[pos]], &v))
+            heap_push(h, &hn, (v & 0xFFFFFFFF00000000ull) | pos);
+    }
+    /* collect survivors in order (symbol 0 never dies) */
+    size_t k = 0;
+    for (int32_t i = 0; i >= 0; i = next[i]) sym[k++] = sym[i];
+    return push_ids(ids, nids, cap, sym, k);
+}
+
+static int bpe_word_uncached(const tk_bpe *b, tk_bpe_scratch *s, const char *w, size_t n, int32_t **ids, size_t *nids,
+                             size_t *cap) {
+    if (b->ignore_merges) {
+        int32_t id = tk_strmap_get(&b->vocab, w, n);
+        if (id >= 0) return push_ids(ids, nids, cap, &id, 1);
+    }
+    if (scratch_fit(s, n + 1)) return -1;
+    size_t ns = 0;
+    int32_t pending_unk = -1;
+    size_t pre_n = b->cont_prefix ? strlen(b->cont_prefix) : 0, suf_n = b->eow_suffix ? strlen(b->eow_suffix) : 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = (size_t)utf8_len((unsigned char)w[i]);
+        if (i + l > n) l = n - i;
+        int last = i + l >= n;
+        int32_t id;
+        if ((i > 0 && pre_n) || (last && suf_n)) {
+            s->key.n = 0;
+            if (i > 0) tkb_put(&s->key, b->cont_prefix, pre_n);
+            tkb_put(&s->key, w + i, l);
+            if (last) tkb_put(&s->key, b->eow_suffix, suf_n);
+            if (s->key.oom) return err_set("out of memory");
+            id = tk_strmap_get(&b->vocab, s->key.p, s->key.n);
+        } else id = tk_strmap_get(&b->vocab, w + i, l);
+        if (id >= 0) {
+            if (pending_unk >= 0) { s->sym[ns++] = pending_unk; pending_unk = -1; }
+            s->sym[ns++] = id;
+        } else {
+            int done = 0;
+            if (b->byte_fallback) {
+                size_t j;
+                for (j = 0; j < l && b->byte_id[(unsigned char)w[i + j]] >= 0; j++) {}
+                if (j == l) {
+                    for (j = 0; j < l; j++) s->sym[ns++] = b->byte_id[(unsigned char)w[i + j]];
+                    done = 1;
+                }
+            }
+            if (!done && b->unk_id >= 0) {
+                if (b->fuse_unk) pending_unk = b->unk_id;
+                else s->sym[ns++] = b->unk_id;
+            }
+        }
+        i += l;
+    }
+    if (pending_unk >= 0) s->sym[ns++] = pending_unk;
+    if (ns == 0) return 0;
+    return bpe_merge(b, s, ns, ids, nids, cap);
+}
+
+int tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *s, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap) {
+    if (n > CACHE_MAX_WORD) return bpe_word_uncached(b, s, w, n, ids, nids, cap);
+    if (!s->cache_ok) {
+        if (tk_strmap_init(&s->cache, 1024)) return -1;
+        s->cache_ok = 1;
+    }
+    int32_t at = tk_strmap_get(&s->cache, w, n);
+    if (at >= 0) return push_ids(ids, nids, cap, s->cids + at + 1, (size_t)s->cids[at]);
+    size_t before = *nids;
+    if (bpe_word_uncached(b, s, w, n, ids, nids, cap)) return -1;
+    size_t k = *nids - before;
+    if (s->cache.n < CACHE_MAX_ENTRIES && s->cn + k + 1 < INT32_MAX) {
+        int32_t cnt = (int32_t)k;
+        size_t off = s->cn;
+        if (push_ids(&s->cids, &s->cn, &s->ccap, &cnt, 1) || push_ids(&s->cids, &s->cn, &s->ccap, *ids + before, k) ||
+            tk_strmap_put(&s->cache, w, n, (int32_t)off))
+            return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,256 @@
+/* tokenizer/tok.h: the inside of a celer_tokenizer, shared by its files:
+ * util.c (buffers, UTF-8, hash maps), normalize.c, pretokenize.c, bpe.c, decode.c,
+ * tokenizer.c (loading, added tokens, post-processing, the public API).
+ * Invariant: after celer_tokenizer_open returns, nothing in here is written again, so
+ * one tokenizer may serve many threads (per-call scratch lives on the caller's side). */
+#ifndef CELER_TOK_H
+#define CELER_TOK_H
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "celer_tokenizer.h"
+#include "tokenizer/tjson.h"
+
+/* ---- growable byte buffer: appends never fail loudly; oom is sticky, checked once */
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int oom;
+} tk_buf;
+
+void tkb_reserve(tk_buf *b, size_t extra);
+void tkb_put(tk_buf *b, const void *s, size_t n);
+static inline void tkb_putc(tk_buf *b, char c) {
+    if (b->n + 1 >= b->cap) tkb_reserve(b, 1);
+    if (!b->oom) b->p[b->n++] = c;
+}
+void tkb_free(tk_buf *b);
+/* NUL-terminates (not counted in n) and returns p, or NULL when out of memory. */
+char *tkb_cstr(tk_buf *b);
+
+/* ---- UTF-8 */
+/* Decodes one code point at s (n > 0 bytes left); returns its length. Assumes valid UTF-8. */
+static inline int utf8_dec(const unsigned char *s, size_t n, uint32_t *cp) {
+    unsigned c = s[0];
+    if (c < 0x80 || n < 2) { *cp = c; return 1; }
+    if (c < 0xE0) { *cp = ((c & 31u) << 6) | (s[1] & 63u); return 2; }
+    if (c < 0xF0 || n < 4) { *cp = n >= 3 ? ((c & 15u) << 12) | ((s[1] & 63u) << 6) | (s[2] & 63u) : 0xFFFD; return n >= 3 ? 3 : (int)n; }
+    *cp = ((c & 7u) << 18) | ((s[1] & 63u) << 12) | ((s[2] & 63u) << 6) | (s[3] & 63u);
+    return 4;
+}
+static inline int utf8_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+int utf8_enc(uint32_t cp, char *out);
+/* Appends s to b, replacing each maximal invalid subsequence by U+FFFD (Rust's
+ * String::from_utf8_lossy, Python's errors="replace"). */
+void utf8_lossy(tk_buf *b, const char *s, size_t n);
+/* 1 when s is valid UTF-8. */
+int utf8_valid(const char *s, size_t n);
+/* Length of the longest prefix of s that does not end inside a (possibly) valid sequence. */
+int tk_is_space(uint32_t cp);     /* Unicode White_Space */
+int tk_is_alnum(uint32_t cp);
+
+/* ---- hashing and maps */
+uint64_t tk_hash(const char *s, size_t n);
+
+/* string -> int32, keys copied into a pool */
+typedef struct {
+    char *pool;
+    size_t pool_n, pool_cap;
+    uint64_t *koff;     /* [n]: offset << 24 | length (length < 16M) */
+    int32_t *val;       /* [n] */
+    uint32_t n, cap_e;
+    uint32_t *slot;     /* [mask+1]: entry index + 1, 0 = empty */
+    uint32_t mask;
+} tk_strmap;
+int tk_strmap_init(tk_strmap *m, uint32_t expect);
+/* Adds key -> v (replacing an existing key's value). -1 when out of memory. */
+int tk_strmap_put(tk_strmap *m, const char *k, size_t n, int32_t v);
+/* Value or -1. */
+int32_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n);
+void tk_strmap_free(tk_strmap *m);
+
+/* uint64 -> uint64 */
+typedef struct {
+    uint64_t *keys;     /* ~0 = empty */
+    uint64_t *vals;
+    uint32_t n, mask;
+} tk_u64map;
+int tk_u64map_init(tk_u64map *m, uint32_t expect);
+int tk_u64map_put(tk_u64map *m, uint64_t k, uint64_t v);
+/* 1 and *v when found, else 0. */
+static inline int tk_u64map_get(const tk_u64map *m, uint64_t k, uint64_t *v) {
+    if (!m->keys) return 0;
+    uint64_t h = k * 0x9E3779B97F4A7C15ull;
+    uint32_t i = (uint32_t)(h >> 32) & m->mask;
+    for (;;) {
+        uint64_t kk = m->keys[i];
+        if (kk == k) { *v = m->vals[i]; return 1; }
+        if (kk == ~0ull) return 0;
+        i = (i + 1) & m->mask;
+    }
+}
+void tk_u64map_free(tk_u64map *m);
+
+/* ---- patterns (Split, Replace): a literal string or a PCRE2 regex */
+typedef struct {
+    char *lit;          /* literal (when re is NULL) */
+    size_t lit_n;
+    pcre2_code *re;
+} tk_pattern;
+/* Reads {"String": s} or {"Regex": r}. */
+int tk_pattern_parse(tk_pattern *p, const tj_val *v, const char *where);
+int tk_pattern_compile_regex(tk_pattern *p, const char *re, size_t n, const char *where);
+void tk_pattern_free(tk_pattern *p);
+/* All non-overlapping matches in s, as [start, end) pairs in *out (2 per match,
+ * malloc'd, may be NULL when none). Returns the count, -1 on error. */
+long tk_pattern_find(const tk_pattern *p, const char *s, size_t n, size_t **out);
+
+/* ---- pieces: spans of one text buffer */
+typedef struct {
+    size_t off, len;
+    int first;          /* starts at offset 0 of the original input (Metaspace "first") */
+} tk_span;
+typedef struct {
+    tk_buf text;
+    tk_span *v;
+    size_t n, cap;
+    int oom;
+} tk_pieces;
+void tkp_add(tk_pieces *p, const char *s, size_t n, int first);
+void tkp_clear(tk_pieces *p);
+void tkp_free(tk_pieces *p);
+
+/* ---- normalizers */
+typedef enum { NZ_SEQ, NZ_NFC, NZ_NFD, NZ_NFKC, NZ_NFKD, NZ_LOWER, NZ_STRIP, NZ_REPLACE, NZ_PREPEND, NZ_STRIP_ACCENTS } nz_kind;
+typedef struct tk_norm tk_norm;
+struct tk_norm {
+    nz_kind kind;
+    tk_norm **kids;
+    int n_kids;
+    tk_pattern pat;       /* NZ_REPLACE */
+    char *content;        /* NZ_REPLACE, NZ_PREPEND */
+    size_t content_n;
+    int left, right;      /* NZ_STRIP */
+};
+tk_norm *tk_norm_parse(const tj_val *v, const char *where);
+void tk_norm_free(tk_norm *n);
+/* Normalizes s into out (cleared first). -1 on error. */
+int tk_norm_apply(const tk_norm *n, const char *s, size_t len, tk_buf *out);
+
+/* ---- pre-tokenizers */
+typedef enum { SB_REMOVED, SB_ISOLATED, SB_MERGED_PREV, SB_MERGED_NEXT, SB_CONTIGUOUS } split_behavior;
+typedef enum { PT_SEQ, PT_SPLIT, PT_BYTELEVEL, PT_METASPACE, PT_DIGITS, PT_WHITESPACE, PT_WSSPLIT, PT_PUNCT } pt_kind;
+typedef enum { PS_ALWAYS, PS_FIRST, PS_NEVER } prepend_scheme;
+typedef struct tk_pre tk_pre;
+struct tk_pre {
+    pt_kind kind;
+    tk_pre **kids;
+    int n_kids;
+    tk_pattern pat;         /* PT_SPLIT; ByteLevel's GPT-2 regex when use_regex */
+    split_behavior behavior;
+    int invert;
+    int add_prefix_space, use_regex;  /* PT_BYTELEVEL */
+    char repl[8];           /* PT_METASPACE replacement (UTF-8) */
+    int repl_n;
+    prepend_scheme scheme;
+    int split;
+    int individual_digits;  /* PT_DIGITS */
+};
+tk_pre *tk_pre_parse(const tj_val *v, const char *where);
+void tk_pre_free(tk_pre *p);
+/* Splits every piece of in into out (cleared first). -1 on error. */
+int tk_pre_apply(const tk_pre *p, const tk_pieces *in, tk_pieces *out);
+/* The GPT-2 byte -> printable character map, as UTF-8 (1 or 2 bytes). */
+extern const char *const tk_byte_char[256];
+void tk_byte_map_init(void);
+/* Byte of a byte-level character, or -1. */
+int tk_char_byte(uint32_t cp);
+
+/* ---- BPE model */
+typedef struct {
+    tk_strmap vocab;        /* token -> id (model vocabulary) */
+    tk_u64map merges;       /* (left id << 32 | right id) -> (rank << 32 | merged id) */
+    int32_t unk_id;         /* -1 when none */
+    int byte_fallback, fuse_unk, ignore_merges;
+    char *cont_prefix, *eow_suffix;   /* NULL when empty */
+    int32_t byte_id[256];   /* ids of <0xXX>, -1 when missing */
+} tk_bpe;
+int tk_bpe_parse(tk_bpe *b, const tj_val *model, const char *where);
+void tk_bpe_free(tk_bpe *b);
+/* Scratch for tk_bpe_word, reused across words of one call. */
+typedef struct tk_bpe_scratch tk_bpe_scratch;
+tk_bpe_scratch *tk_bpe_scratch_new(void);
+void tk_bpe_scratch_free(tk_bpe_scratch *s);
+/* Appends the ids of one pre-token to *ids (growing it). -1 on error. */
+int tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *s, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap);
+
+/* ---- decoders */
+typedef enum { DC_SEQ, DC_BYTELEVEL, DC_METASPACE, DC_REPLACE, DC_BYTEFALLBACK, DC_FUSE, DC_STRIP } dc_kind;
+typedef struct tk_dec tk_dec;
+struct tk_dec {
+    dc_kind kind;
+    tk_dec **kids;
+    int n_kids;
+    tk_pattern pat;
+    char *content;
+    size_t content_n;
+    char repl[8];
+    int repl_n;
+    prepend_scheme scheme;
+    uint32_t strip_cp;
+    int strip_start, strip_stop;
+};
+tk_dec *tk_dec_parse(const tj_val *v, const char *where);
+void tk_dec_free(tk_dec *d);
+/* Applies the decoder chain to the token strings in io (replaced by the result). */
+int tk_dec_apply(const tk_dec *d, tk_pieces *io);
+
+/* ---- added tokens */
+typedef struct {
+    char *content;
+    size_t n;
+    int32_t id;
+    int special, lstrip, rstrip, normalized, single_word;
+} tk_added;
+
+/* byte trie over added token contents */
+typedef struct {
+    tk_u64map edges;        /* node << 8 | byte -> child node */
+    int32_t *term;          /* [n_nodes] added-token index ending here, or -1 */
+    uint32_t n_nodes, cap;
+    uint8_t first[256];     /* bytes that can start a token */
+    int empty;
+} tk_trie;
+
+/* post-processor: ids to put before and after the sequence when add_special */
+typedef struct {
+    int32_t *pre, *post;
+    int n_pre, n_post;
+} tk_post;
+
+struct celer_tokenizer {
+    char *path;
+    tk_bpe bpe;
+    tk_norm *norm;
+    tk_pre *pre;
+    tk_dec *dec;
+    tk_added *added;
+    int n_added;
+    tk_strmap added_map;     /* content -> index into added */
+    tk_trie trie_raw, trie_norm;
+    tk_post post;
+    char **id_tok;           /* [n_vocab] borrowed token strings (NULL for holes) */
+    uint32_t *id_len;        /* [n_vocab] */
+    uint8_t *id_special;     /* [n_vocab] */
+    int n_vocab;
+    int32_t bos_id, eos_id;
+    char *bos_token, *eos_token;
+    char *chat_template;     /* NULL when none */
+    char *tmpl_where;        /* file the template came from, for messages */
+};
+
+/* jinja.c */
+typedef struct jj_env jj_env;
+#endif
