@@ -1,0 +1,300 @@
+/* tests/test_matmul.c: the matrix-product kernels. mm_portable agrees with a double
+ * precision reference; every kernel mm_select picks (decode T=1, small T, large T with
+ * ragged tiles, every weight format) agrees with mm_portable; splitting the rows
+ * (threads) never changes a bit; CELER_NO_SIMD=1 selects the portable kernel. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "base/mem.h"
+#include "harness.h"
+#include "tensor/dtype.h"
+
+/* ------------------------------------------------------------ random data */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd32(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float rndf(void) { return (float)((double)rnd32() / 4294967296.0 * 2.0 - 1.0); } /* [-1, 1) */
+
+/* A random half of the given kind with magnitude in about [2^-4, 2^2). */
+static uint16_t rnd_f16(void) { return (uint16_t)((rnd32() & 0x8000) | ((11 + rnd32() % 6) << 10) | (rnd32() & 0x3ff)); }
+static uint16_t rnd_bf16(void) { return f32_to_bf16(rndf() * 2.0f); }
+
+/* A weight owning its buffers (tests only). */
+typedef struct {
+    weight w;
+    void *data, *scales, *biases;
+} tw;
+
+static void tw_free(tw *t) { free(t->data); free(t->scales); free(t->biases); }
+
+static void *scales_of(scale_type st, long n, float lo, float hi) {
+    void *p = malloc((size_t)(n > 0 ? n : 0) * 4 + 4);
+    for (long i = 0; i < n; i++) {
+        float v = lo + (hi - lo) * (rndf() * 0.5f + 0.5f);
+        if (st == SC_F32) ((float *)p)[i] = v;
+        else if (st == SC_BF16) ((uint16_t *)p)[i] = f32_to_bf16(v);
+        else { /* f16: build from the bf16 value's sign, exponent and top mantissa bits */
+            uint16_t b = f32_to_bf16(v);
+            int e = ((b >> 7) & 0xff) - 127 + 15;
+            ((uint16_t *)p)[i] = (uint16_t)((b & 0x8000) | ((e & 0x1f) << 10) | ((b & 0x7f) << 3));
+        }
+    }
+    return p;
+}
+
+/* fmt: WF_*; bits/group/stype only for quantized formats. */
+static tw tw_random(weight_fmt fmt, long rows, long cols, int bits, int group, scale_type st) {
+    tw t;
+    memset(&t, 0, sizeof t);
+    weight *w = &t.w;
+    w->fmt = fmt;
+    w->rows = rows;
+    w->cols = cols;
+    w->bits = bits;
+    w->group = group;
+    w->stype = st;
+    long n = rows * cols;
+    switch (fmt) {
+    case WF_F32: {
+        float *p = malloc((size_t)n * 4);
+        for (long i = 0; i < n; i++) p[i] = rndf();
+        t.data = p;
+        break;
+    }
+    case WF_F16:
+    case WF_BF16: {
+        uint16_t *p = malloc((size_t)n * 2);
+        for (long i = 0; i < n; i++) p[i] = fmt == WF_F16 ? rnd_f16() : rnd_bf16();
+        t.data = p;
+        break;
+    }
+    case WF_AFFINE:
+    case WF_MXFP4: {
+        if (fmt == WF_MXFP4) { w->bits = bits = 4; w->group = group = 32; }
+        long words = n * bits / 32;
+        uint32_t *p = malloc((size_t)words * 4);
+        for (long i = 0; i < words; i++) p[i] = rnd32();
+        t.data = p;
+        long ng = n / group;
+        if (fmt == WF_MXFP4) {
+            uint8_t *s = malloc((size_t)(ng > 0 ? ng : 1));
+            for (long i = 0; i < ng; i++) s[i] = (uint8_t)(120 + rnd32() % 10);
+            t.scales = s;
+        } else {
+            /* codes span [0, 2^bits); scale ~ 2 / 2^bits and bias ~ -1 center them */
+            float s0 = 2.0f / (float)(1 << bits);
+            t.scales = scales_of(st, ng, 0.5f * s0, 1.5f * s0);
+            t.biases = scales_of(st, ng, -1.2f, -0.8f);
+        }
+        break;
+    }
+    }
+    w->data = t.data;
+    w->scales = t.scales;
+    w->biases = t.biases;
+    return t;
+}
+
+static float *rnd_x(long n) {
+    float *x = malloc((size_t)n * 4);
+    for (long i = 0; i < n; i++) x[i] = rndf();
+    return x;
+}
+
+static float *scratch_for(long cols) { return mem_aligned((size_t)MM_SCRATCH(cols) * sizeof(float), "scratch"); }
+
+/* sum_j |W[r, j] x[t, j]|: the scale of rounding error in y[t, r]. */
+static void abs_dot(const weight *w, const float *x, int T, double *out) {
+    float *row = malloc((size_t)w->cols * 4);
+    for (long r = 0; r < w->rows; r++) {
+        weight_row_f32(w, r, row);
+        for (int t = 0; t < T; t++) {
+            double s = 0;
+            for (long j = 0; j < w->cols; j++) s += fabs((double)row[j] * x[(long)t * w->cols + j]);
+            out[(long)t * w->rows + r] = s;
+        }
+    }
+    free(row);
+}
+
+/* Largest |a - b| / (scale + tiny) over [T, rows]. */
+static double max_rel(const float *a, const float *b, const double *scale, long n) {
+    double m = 0;
+    for (long i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]) / (scale[i] + 1e-30);
+        if (!(e <= m)) m = e; /* NaN propagates */
+    }
+    return m;
+}
+
+static const char *fmt_str(const weight *w, char *buf) { return weight_fmt_name(w, buf, 32); }
+
+/* ------------------------------------------------------------------ cases */
+
+/* mm_portable against sum_j W[r, j] x[t, j] in double. */
+static void portable_vs_double(void) {
+    long rows = 23, cols = 200;
+    tw t = tw_random(WF_BF16, rows, cols, 0, 0, SC_BF16);
+    int T = 3;
+    float *x = rnd_x(T * cols), *y = malloc((size_t)T * rows * 4), *row = malloc((size_t)cols * 4);
+    double *sc = malloc((size_t)T * rows * sizeof(double));
+    float *s = scratch_for(cols);
+    mm_portable(&t.w, x, y, T, 0, rows, s);
+    abs_dot(&t.w, x, T, sc);
+    double worst = 0;
+    for (long r = 0; r < rows; r++) {
+        weight_row_f32(&t.w, r, row);
+        for (int i = 0; i < T; i++) {
+            double ref = 0;
+            for (long j = 0; j < cols; j++) ref += (double)row[j] * x[(long)i * cols + j];
+            double e = fabs(ref - y[(long)i * rows + r]) / sc[(long)i * rows + r];
+            if (e > worst) worst = e;
+        }
+    }
+    CHECK(worst < 1e-6, "portable vs double: rel err %g", worst);
+    free(x); free(y); free(row); free(sc); free(s);
+    tw_free(&t);
+}
+
+/* mm_select's kernel for (w, T) vs mm_portable, over the whole matrix and over
+ * ragged row splits (which must give identical bits). Returns the worst error. */
+static double check_kernel(const weight *w, int T) {
+    long rows = (long)w->rows, cols = (long)w->cols;
+    float *x = rnd_x((long)T * cols);
+    float *y0 = malloc((size_t)T * rows * 4), *y1 = malloc((size_t)T * rows * 4), *y2 = malloc((size_t)T * rows * 4);
+    double *sc = malloc((size_t)T * rows * sizeof(double));
+    float *s = scratch_for(cols);
+    mm_kernel k = mm_select(w, T);
+    mm_portable(w, x, y0, T, 0, rows, s);
+    for (long i = 0; i < T * rows; i++) y1[i] = y2[i] = NAN;
+    k(w, x, y1, T, 0, rows, s);
+    /* splits at odd places: 7 rows, then the rest in two uneven pieces */
+    long a = rows < 7 ? rows : 7, b = a + (rows - a) / 3;
+    k(w, x, y2, T, 0, a, s);
+    k(w, x, y2, T, a, b, s);
+    k(w, x, y2, T, b, rows, s);
+    abs_dot(w, x, T, sc);
+    double e = max_rel(y1, y0, sc, (long)T * rows);
+    char f[32];
+    CHECK(e < 1e-5, "%s %ldx%ld T=%d kernel \"%s\": rel err %g vs portable", fmt_str(w, f), rows, cols, T,
+          mm_kernel_name(k), e);
+    CHECK(memcmp(y1, y2, (size_t)T * rows * 4) == 0, "%s %ldx%ld T=%d kernel \"%s\": row split changed the result",
+          fmt_str(w, f), rows, cols, T, mm_kernel_name(k));
+    free(x); free(y0); free(y1); free(y2); free(sc); free(s);
+    return e;
+}
+
+static const int Ts[] = {1, 2, 3, 4, 5, 7, 16, 64, 129};
+#define NT ((int)(sizeof Ts / sizeof Ts[0]))
+
+static void float_formats(void) {
+    const weight_fmt fs[] = {WF_F32, WF_F16, WF_BF16};
+    /* ragged: rows not a multiple of 16 (nor 4), cols not a multiple of 8 or 16 */
+    const long shapes[][2] = {{37, 53}, {64, 128}, {19, 7}, {33, 1024}};
+    for (int f = 0; f < 3; f++)
+        for (int s = 0; s < 4; s++)
+            for (int i = 0; i < NT; i++) {
+                tw t = tw_random(fs[f], shapes[s][0], shapes[s][1], 0, 0, SC_BF16);
+                check_kernel(&t.w, Ts[i]);
+                tw_free(&t);
+            }
+}
+
+static void affine_formats(void) {
+    const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
+    const scale_type sts[] = {SC_BF16, SC_F16, SC_F32};
+    for (int b = 0; b < 6; b++)
+        for (int g = 0; g < 3; g++)
+            for (int st = 0; st < 3; st++) {
+                /* cols: several groups, and an odd group count for the bias tail */
+                long cols = (long)groups[g] * (g == 0 ? 9 : 3);
+                const int tsel[] = {1, 3, 7, 129};
+                for (int i = 0; i < 4; i++) {
+                    tw t = tw_random(WF_AFFINE, 37, cols, bits[b], groups[g], sts[st]);
+                    check_kernel(&t.w, tsel[i]);
+                    tw_free(&t);
+                }
+            }
+    /* the decode shapes of the benchmark model, q4/g64 bf16 */
+    for (int i = 0; i < NT; i++) {
+        tw t = tw_random(WF_AFFINE, 48, 1024, 4, 64, SC_BF16);
+        check_kernel(&t.w, Ts[i]);
+        tw_free(&t);
+    }
+}
+
+static void mxfp4_format(void) {
+    for (int i = 0; i < NT; i++) {
+        tw t = tw_random(WF_MXFP4, 29, 96, 4, 32, SC_BF16);
+        check_kernel(&t.w, Ts[i]);
+        tw_free(&t);
+    }
+}
+
+/* Through the backend and its pool: 1 and 3 threads give the same bits. */
+static void threads_identical(void) {
+    const weight_fmt fs[] = {WF_BF16, WF_AFFINE};
+    for (int f = 0; f < 2; f++) {
+        tw t = tw_random(fs[f], 150, 256, 4, 64, SC_BF16);
+        backend *b1 = backend_cpu_new(1, 256), *b3 = backend_cpu_new(3, 256);
+        CHECK(b1 && b3, "backend_cpu_new failed");
+        if (!b1 || !b3) return;
+        const int tsel[] = {1, 3, 40};
+        for (int i = 0; i < 3; i++) {
+            int T = tsel[i];
+            float *x = rnd_x(T * 256), *y1 = malloc((size_t)T * 150 * 4), *y3 = malloc((size_t)T * 150 * 4);
+            b1->ops->matmul(b1, &t.w, x, y1, T);
+            b3->ops->matmul(b3, &t.w, x, y3, T);
+            CHECK(memcmp(y1, y3, (size_t)T * 150 * 4) == 0, "fmt %d T=%d: 1 and 3 threads differ", fs[f], T);
+            free(x); free(y1); free(y3);
+        }
+        backend_free(b1);
+        backend_free(b3);
+        tw_free(&t);
+    }
+}
+
+/* Run in a child with CELER_NO_SIMD=1: the portable kernel everywhere. */
+static void no_simd_child(void) {
+    tw t = tw_random(WF_BF16, 20, 64, 0, 0, SC_BF16);
+    tw q = tw_random(WF_AFFINE, 20, 64, 4, 32, SC_F16);
+    CHECK(!cpu_has_avx2(), "cpu_has_avx2() with CELER_NO_SIMD=1");
+    for (int i = 0; i < NT; i++) {
+        CHECK(mm_select(&t.w, Ts[i]) == mm_portable, "bf16 T=%d not portable", Ts[i]);
+        CHECK(mm_select(&q.w, Ts[i]) == mm_portable, "q4 T=%d not portable", Ts[i]);
+    }
+    tw_free(&t);
+    tw_free(&q);
+}
+
+static const char *self;
+static void no_simd(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "CELER_NO_SIMD=1 %s", self);
+    CHECK(system(cmd) == 0, "the CELER_NO_SIMD=1 run failed");
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    self = argv[0];
+    const char *e = getenv("CELER_NO_SIMD");
+    if (e && strcmp(e, "1") == 0) {
+        printf("(child: CELER_NO_SIMD=1)\n");
+        RUN(no_simd_child);
+        RUN(portable_vs_double);
+        return harness_done();
+    }
+    printf("kernels: %s\n", cpu_has_avx2() ? "avx2" : "portable only");
+    RUN(portable_vs_double);
+    RUN(float_formats);
+    RUN(affine_formats);
+    RUN(mxfp4_format);
+    RUN(threads_identical);
+    RUN(no_simd);
+    return harness_done();
+}
