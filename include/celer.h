@@ -75,6 +75,73 @@ int celer_session_rewind(celer_session *s, int n);
 int celer_generate_greedy(celer_session *s, const int32_t *prompt, int n_prompt, int n_gen,
                           int32_t stop_token, int32_t *out);
 
+/* ---- KV cache: statistics, snapshots, cache files, prompt cache --------------
+ * (docs/kv-cache.md). A snapshot shares the session's cache buffers (O(1): no row
+ * is copied); the session keeps writing in place where no snapshot can see, and
+ * copies a buffer first where one can. CELER_KV_INPLACE_WRITE=0 makes every write
+ * copy (same results, bit for bit). CELER_STATS=1 prints one line per session on
+ * stderr when it is freed: "kv: inplace_rows=N copied_bytes=N cow_copies=N". */
+typedef struct celer_snapshot celer_snapshot;
+typedef struct celer_prompt_cache celer_prompt_cache;
+
+typedef struct {
+    uint64_t inplace_rows;    /* rows written into a cache buffer without copying it first */
+    uint64_t copied_bytes;    /* bytes of cached rows copied or moved (never the new rows) */
+    uint64_t cow_copies;      /* buffer copies (shared buffers, or the copying path) */
+    uint64_t allocs;          /* cache buffers created plus memory commit steps */
+} celer_kv_stats;
+
+/* What this session's cache writes have done since it was created. */
+void celer_session_kv_stats(const celer_session *s, celer_kv_stats *out);
+
+/* The session's state now (caches, tokens, last logits), sharing its buffers.
+ * Valid after the session is freed. NULL on out of memory. */
+celer_snapshot *celer_session_snapshot(celer_session *s);
+void celer_snapshot_free(celer_snapshot *snap);
+/* Tokens the snapshot holds. */
+int celer_snapshot_pos(const celer_snapshot *snap);
+/* Puts the session back to snap (of a session of the same model); the snapshot
+ * stays valid and may be restored again, into any number of sessions (branches).
+ * -1 leaves the session unchanged. */
+int celer_session_restore(celer_session *s, const celer_snapshot *snap);
+
+/* Writes the session's cache, tokens and last logits to a safetensors file
+ * (versioned metadata names the model, every layer's cache kind and window). */
+int celer_session_save_cache(const celer_session *s, const char *path);
+/* Replaces the session's state with a file written by celer_session_save_cache.
+ * Refuses, leaving the session unchanged, a file made for another model or cache
+ * layout, a truncated or corrupt one, or one larger than the session's context. */
+int celer_session_load_cache(celer_session *s, const char *path);
+
+/* An in-memory prompt cache for model m: snapshots keyed by their token sequences
+ * (a radix tree), least recently used evicted while their bytes exceed budget.
+ * Not thread-safe: callers serialize access. */
+celer_prompt_cache *celer_prompt_cache_new(celer_model *m, size_t budget_bytes);
+void celer_prompt_cache_free(celer_prompt_cache *pc);
+/* Keeps a snapshot of s keyed by s's tokens (replacing one with the same key) and
+ * evicts down to the budget. Returns the entry's id (> 0), or 0 with a message
+ * (the snapshot alone exceeds the budget, out of memory). */
+uint64_t celer_prompt_cache_insert(celer_prompt_cache *pc, celer_session *s);
+/* The longest prefix of tokens [n] an entry can serve: an entry whose key is a
+ * prefix of tokens, or one that shares a longer prefix and can be taken back to it
+ * (rotating caches that have wrapped often cannot). Returns that length (0: miss)
+ * and the entry's id in *id; never more than n, and n only for an entry of exactly
+ * these tokens (it holds their logits). Marks the entry used. */
+int celer_prompt_cache_lookup(celer_prompt_cache *pc, const int32_t *tokens, int n, uint64_t *id);
+/* Restores entry id into s, taken back to its first n tokens. -1 when the entry
+ * was evicted or cannot go back to n (the session is unchanged). */
+int celer_prompt_cache_restore(celer_prompt_cache *pc, uint64_t id, int n, celer_session *s);
+/* lookup + restore: puts s at the longest cached prefix of tokens and returns its
+ * length; the caller evaluates tokens[returned..n). 0 (session untouched) on a miss. */
+int celer_prompt_cache_prepare(celer_prompt_cache *pc, celer_session *s, const int32_t *tokens, int n);
+/* Entries and the bytes they account for. */
+int celer_prompt_cache_count(const celer_prompt_cache *pc);
+size_t celer_prompt_cache_bytes(const celer_prompt_cache *pc);
+/* Writes every entry to one safetensors file / adds the entries of such a file
+ * (checked like celer_session_load_cache; nothing is added on error). */
+int celer_prompt_cache_save(const celer_prompt_cache *pc, const char *path);
+int celer_prompt_cache_load(celer_prompt_cache *pc, const char *path);
+
 /* Writes a safetensors file with one float32 tensor of the given shape. */
 int celer_save_f32(const char *path, const char *name, const float *data, int ndim, const int64_t *shape);
 
@@ -93,6 +160,8 @@ double celer_measure_read_bandwidth(int n_threads);
 double celer_model_layer_flops_per_token(const celer_model *m);
 /* Bytes of KV cache one token of context adds (all layers, keys and values). */
 uint64_t celer_model_kv_bytes_per_token(const celer_model *m);
+
+#include "celer_tokenizer.h"
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,5 @@
-/* engine/engine.h: the structs behind the public handles of celer.h. */
+/* engine/engine.h: the structs behind the public handles of celer.h, and the
+ * engine-internal helpers shared by session.c, snapshot.c and prompt_cache.c. */
 #ifndef CELER_ENGINE_H
 #define CELER_ENGINE_H
 #include "celer.h"
@@ -14,9 +15,40 @@ struct celer_session {
     celer_model *cm;
     int ctx;                  /* context limit in tokens */
     int pos;                  /* tokens in the context */
+    int max_T;                /* most tokens per forward */
+    int inplace;              /* CELER_KV_INPLACE_WRITE at creation (0: copying path) */
     kv_cache **caches;        /* [n_layers] */
+    kv_stats stats;           /* what this session's cache writes did */
+    int32_t *tokens;          /* [ctx] the tokens in the context */
     model_scratch *scratch;   /* activations for one batch */
     float *last;              /* [vocab] logits after the last token */
     int has_logits;
 };
+
+/* A session's state at one moment: each layer's cache shares its buffer (no row
+ * is copied), plus the tokens and the last logits. */
+struct celer_snapshot {
+    const celer_model *cm;
+    int pos;
+    int n_layers;
+    kv_cache **caches;        /* [n_layers] holders of the session's buffers */
+    int32_t *tokens;          /* [pos] */
+    float *logits;            /* [vocab] logits after the last token, or NULL */
+};
+
+/* The cache kind a layer gets: rotating when it attends to a window shorter than
+ * the context. */
+kv_cache *engine_layer_cache(const model *m, int layer, int ctx, int max_T);
+/* Bytes a snapshot keeps alive (the rows its views hold, tokens, logits). */
+size_t engine_snapshot_bytes(const celer_snapshot *snap);
+/* A snapshot of n layers for cm with empty caches of the right kinds (file loading). */
+celer_snapshot *engine_snapshot_alloc(const celer_model *cm, int pos);
+/* 0 when the caches of snap can be taken back to p tokens (see kv_can_truncate). */
+int engine_snapshot_can_rewind(const celer_snapshot *snap, int p);
+/* Cache files (snapshot.c): writes snaps [n] to path; reads every entry of path
+ * (caches sized for the model's context), *n gets their count. */
+int engine_write_snapshots(const celer_model *cm, const celer_snapshot *const *snaps, int n, const char *path);
+celer_snapshot **engine_read_snapshots(const celer_model *cm, const char *path, int *n);
+/* 64-bit identity of a model: config shape plus a hash of some of its weights. */
+uint64_t engine_model_fingerprint(const model *m);
 #endif

@@ -1,6 +1,8 @@
 /* engine/session.c: the public model and session handles. A session owns one KV
- * cache per layer (the kind the layer plan names) and the scratch for its largest
- * batch, all allocated when it is created; eval splits long inputs into batches. */
+ * cache per layer (dense, or rotating where the layer plan names a window shorter
+ * than the context), the tokens it has seen and the scratch for its largest batch;
+ * eval splits long inputs into batches and prepares every cache before a forward
+ * so that a failed allocation leaves the session as it was. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,12 @@ void celer_model_get_info(const celer_model *cm, celer_model_info *info) {
     info->weight_bytes = m->weight_bytes;
 }
 
+kv_cache *engine_layer_cache(const model *m, int l, int ctx, int max_T) {
+    const layer_plan *p = &m->plan[l];
+    if (p->window > 0 && p->window < ctx) return kv_rotating_new(p->n_kv, p->head_dim, p->window, 0, ctx, max_T);
+    return kv_dense_new(p->n_kv, p->head_dim, ctx, max_T);
+}
+
 celer_session *celer_session_new(celer_model *cm, int ctx_size, int max_batch) {
     model *m = cm->m;
     if (ctx_size <= 0) ctx_size = m->cfg.max_pos;
@@ -57,9 +65,15 @@ celer_session *celer_session_new(celer_model *cm, int ctx_size, int max_batch) {
     if (!s) return NULL;
     s->cm = cm;
     s->ctx = ctx_size;
+    s->max_T = max_batch;
+    s->inplace = kv_inplace_default();
     if (!(s->caches = mem_calloc((size_t)m->cfg.n_layers, sizeof *s->caches, "kv caches"))) goto fail;
-    for (int l = 0; l < m->cfg.n_layers; l++)
-        if (!(s->caches[l] = kv_dense_new(m->plan[l].n_kv, m->plan[l].head_dim, ctx_size))) goto fail;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        if (!(s->caches[l] = engine_layer_cache(m, l, ctx_size, max_batch))) goto fail;
+        s->caches[l]->stats = &s->stats;
+        s->caches[l]->inplace = s->inplace;
+    }
+    if (!(s->tokens = mem_calloc((size_t)ctx_size, sizeof *s->tokens, "session tokens"))) goto fail;
     if (!(s->scratch = model_scratch_new(m, max_batch))) goto fail;
     if (!(s->last = mem_calloc((size_t)m->cfg.vocab, sizeof(float), "logits"))) goto fail;
     return s;
@@ -68,11 +82,24 @@ fail:
     return NULL;
 }
 
+void celer_session_kv_stats(const celer_session *s, celer_kv_stats *out) {
+    out->inplace_rows = s->stats.inplace_rows;
+    out->copied_bytes = s->stats.copied_bytes;
+    out->cow_copies = s->stats.cow_copies;
+    out->allocs = s->stats.allocs;
+}
+
 void celer_session_free(celer_session *s) {
     if (!s) return;
+    const char *st = getenv("CELER_STATS");
+    if (st && strcmp(st, "1") == 0)
+        fprintf(stderr, "kv: inplace_rows=%llu copied_bytes=%llu cow_copies=%llu\n",
+                (unsigned long long)s->stats.inplace_rows, (unsigned long long)s->stats.copied_bytes,
+                (unsigned long long)s->stats.cow_copies);
     if (s->caches)
         for (int l = 0; l < s->cm->m->cfg.n_layers; l++) kv_free(s->caches[l]);
     free(s->caches);
+    free(s->tokens);
     model_scratch_free(s->scratch);
     free(s->last);
     free(s);
@@ -92,10 +119,17 @@ int celer_session_eval(celer_session *s, const int32_t *tok, int n, float *logit
         int T = n - i < s->scratch->max_T ? n - i : s->scratch->max_T;
         int last_chunk = i + T == n;
         int want_all = logits && all_rows;
+        for (int l = 0; l < m->cfg.n_layers; l++)
+            if (kv_prepare(s->caches[l], s->pos, T) != 0) {
+                err_prefix("layer %d", l);
+                celer_session_rewind(s, start);
+                return -1;
+            }
         if (model_forward(m, s->caches, s->scratch, tok + i, T, s->pos, want_all) != 0) {
             celer_session_rewind(s, start);
             return -1;
         }
+        memcpy(s->tokens + s->pos, tok + i, (size_t)T * sizeof *tok);
         s->pos += T;
         if (want_all) memcpy(logits + (size_t)i * V, s->scratch->logits, (size_t)T * V * sizeof(float));
         if (last_chunk) {
@@ -122,7 +156,19 @@ int celer_session_pos(const celer_session *s) { return s->pos; }
 
 int celer_session_rewind(celer_session *s, int n) {
     if (n < 0 || n > s->pos) return err_set("rewind to %d: the session holds %d tokens", n, s->pos);
-    for (int l = 0; l < s->cm->m->cfg.n_layers; l++) kv_truncate(s->caches[l], n);
+    if (n == s->pos) return 0;
+    int L = s->cm->m->cfg.n_layers;
+    for (int l = 0; l < L; l++)
+        if (kv_can_truncate(s->caches[l], n) != 0) return err_prefix("rewind to %d: layer %d", n, l);
+    for (int l = 0; l < L; l++)
+        if (kv_truncate(s->caches[l], n) != 0) {
+            /* out of memory copying a shared buffer: empty the session rather than
+             * leave its layers at different lengths (going back to 0 moves nothing) */
+            for (int i = 0; i < L; i++) kv_truncate(s->caches[i], 0);
+            s->pos = 0;
+            s->has_logits = 0;
+            return err_prefix("rewind to %d: layer %d (the session was emptied)", n, l);
+        }
     s->pos = n;
     s->has_logits = 0;
     return 0;

@@ -1,77 +1,502 @@
-/* kv/cache.c: the dense per-layer KV cache. Rows are written in place at the end;
- * growth reallocates in KV_STEP-row steps, never per token. */
+/* kv/cache.c: per-layer KV caches (dense, rotating) over reference-counted row
+ * buffers. A slot is written in place only by its buffer's sole holder, or past the
+ * buffer's high-water mark by the holder that claimed it; any other write copies the
+ * holder's view first (see the ownership rule in kv/cache.h).
+ *
+ * Sections: counters; buffers (reserve, commit, copy); write planning; append;
+ * truncate; inspection. */
 #include "kv/cache.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/err.h"
 
-kv_cache *kv_dense_new(int n_kv, int head_dim, int max) {
-    if (n_kv <= 0 || head_dim <= 0 || max <= 0) {
-        err_set("kv cache: bad shape (n_kv %d, head_dim %d, max %d)", n_kv, head_dim, max);
+/* ---- counters ----------------------------------------------------------------- */
+
+static _Atomic uint64_t g_inplace_rows, g_copied_bytes, g_cow_copies, g_allocs;
+static atomic_int g_ignore_sharing;
+
+static void count(kv_cache *c, uint64_t inplace_rows, uint64_t copied_bytes, uint64_t cow, uint64_t allocs) {
+    if (c->stats) {
+        c->stats->inplace_rows += inplace_rows;
+        c->stats->copied_bytes += copied_bytes;
+        c->stats->cow_copies += cow;
+        c->stats->allocs += allocs;
+    }
+    atomic_fetch_add_explicit(&g_inplace_rows, inplace_rows, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g_copied_bytes, copied_bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g_cow_copies, cow, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g_allocs, allocs, memory_order_relaxed);
+}
+
+void kv_stats_global(kv_stats *out) {
+    out->inplace_rows = atomic_load(&g_inplace_rows);
+    out->copied_bytes = atomic_load(&g_copied_bytes);
+    out->cow_copies = atomic_load(&g_cow_copies);
+    out->allocs = atomic_load(&g_allocs);
+}
+
+void kv_stats_add(kv_stats *into, const kv_stats *d) {
+    into->inplace_rows += d->inplace_rows;
+    into->copied_bytes += d->copied_bytes;
+    into->cow_copies += d->cow_copies;
+    into->allocs += d->allocs;
+}
+
+void kv_test_ignore_sharing(int on) { atomic_store(&g_ignore_sharing, on); }
+
+int kv_inplace_default(void) {
+    const char *e = getenv("CELER_KV_INPLACE_WRITE");
+    return !(e && strcmp(e, "0") == 0);
+}
+
+/* ---- buffers ------------------------------------------------------------------ */
+
+/* Bytes of one row of keys and values plus its position. */
+static size_t row_bytes(long row) { return (size_t)row * 2 * sizeof(float) + sizeof(int32_t); }
+
+static size_t page_round(size_t n) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + pg - 1) / pg * pg;
+}
+
+static void *reserve_range(size_t bytes) {
+    void *p = mmap(NULL, page_round(bytes ? bytes : 1), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void buf_unmap(kv_buf *b) {
+    if (b->k) munmap(b->k, page_round((size_t)b->reserve * (size_t)b->row * sizeof(float)));
+    if (b->v) munmap(b->v, page_round((size_t)b->reserve * (size_t)b->row * sizeof(float)));
+    if (b->pos) munmap(b->pos, page_round((size_t)b->reserve * sizeof(int32_t)));
+}
+
+static void buf_destroy(kv_buf *b) {
+    if (!b) return;
+    buf_unmap(b);
+    free(b);
+}
+
+/* A buffer with address space for `reserve` rows, nothing committed, one holder. */
+static kv_buf *buf_new(long row, int reserve) {
+    kv_buf *b = calloc(1, sizeof *b);
+    if (!b) { err_set("kv cache: out of memory creating a buffer"); return NULL; }
+    b->row = row;
+    b->reserve = reserve;
+    atomic_init(&b->refs, 1);
+    atomic_init(&b->hw, 0);
+    atomic_init(&b->cap, 0);
+    size_t fb = (size_t)reserve * (size_t)row * sizeof(float);
+    b->k = reserve_range(fb);
+    b->v = reserve_range(fb);
+    b->pos = reserve_range((size_t)reserve * sizeof(int32_t));
+    if (!b->k || !b->v || !b->pos) {
+        err_set("kv cache: cannot reserve address space for %d rows of %ld floats", reserve, row);
+        buf_destroy(b);
         return NULL;
     }
+    return b;
+}
+
+/* Commits slots [0, top) of b (in KV_STEP steps, never past the reservation). */
+static int buf_commit(kv_cache *c, kv_buf *b, int top) {
+    int cap = atomic_load(&b->cap);
+    if (top <= cap) return 0;
+    int want = (top + KV_STEP - 1) / KV_STEP * KV_STEP;
+    if (want > b->reserve) want = b->reserve;
+    size_t fb = (size_t)want * (size_t)b->row * sizeof(float);
+    if (mprotect(b->k, page_round(fb), PROT_READ | PROT_WRITE) != 0 ||
+        mprotect(b->v, page_round(fb), PROT_READ | PROT_WRITE) != 0 ||
+        mprotect(b->pos, page_round((size_t)want * sizeof(int32_t)), PROT_READ | PROT_WRITE) != 0)
+        return err_set("kv cache: out of memory committing %d rows", want);
+    atomic_store(&b->cap, want);
+    count(c, 0, 0, 0, 1);
+    return 0;
+}
+
+/* Drops one reference to b; the last holder frees it, or keeps it as c's spare. */
+static void buf_release(kv_cache *c, kv_buf *b) {
+    if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
+    if (c && !c->spare) {
+        atomic_store(&b->refs, 1);
+        atomic_store(&b->hw, 0);
+        c->spare = b;
+    } else {
+        buf_destroy(b);
+    }
+}
+
+/* Rows a buffer of this cache reserves: everything it may hold at once. */
+static int reserve_rows(const kv_cache *c, int top) {
+    int r = c->kind == KV_DENSE ? c->max : c->window - 1 + c->max_T;
+    if (c->kind == KV_ROTATING && r > c->max) r = c->max;
+    if (r < top) r = top;
+    if (r < c->n) r = c->n;
+    return r;
+}
+
+/* Copy-on-write: gives c a buffer it alone holds with its view's slots [0, n) in the
+ * same order, room for `top` slots, and drops its reference to the old one. */
+static int cow(kv_cache *c, int top) {
+    int reserve = reserve_rows(c, top);
+    kv_buf *nb = NULL;
+    if (c->spare && c->spare->reserve >= reserve && c->spare != c->buf) {
+        nb = c->spare;
+        c->spare = NULL;
+    } else {
+        if (!(nb = buf_new(c->row, reserve))) return -1;
+        count(c, 0, 0, 0, 1);
+    }
+    if (buf_commit(c, nb, top) != 0) {
+        if (!c->spare) c->spare = nb;
+        else buf_destroy(nb);
+        return -1;
+    }
+    if (c->buf && c->n > 0) {
+        size_t fb = (size_t)c->n * (size_t)c->row * sizeof(float);
+        memcpy(nb->k, c->buf->k, fb);
+        memcpy(nb->v, c->buf->v, fb);
+        memcpy(nb->pos, c->buf->pos, (size_t)c->n * sizeof(int32_t));
+        count(c, 0, (uint64_t)c->n * row_bytes(c->row), 1, 0);
+    }
+    atomic_store(&nb->hw, c->n);
+    buf_release(c, c->buf);
+    c->buf = nb;
+    c->claim = 0;
+    return 0;
+}
+
+/* ---- creation ----------------------------------------------------------------- */
+
+static kv_cache *cache_new(kv_kind kind, int n_kv, int head_dim, int max, int max_T) {
     kv_cache *c = calloc(1, sizeof *c);
-    if (!c) { err_set("out of memory creating kv cache"); return NULL; }
-    c->kind = KV_DENSE;
+    if (!c) { err_set("kv cache: out of memory"); return NULL; }
+    c->kind = kind;
     c->n_kv = n_kv;
     c->head_dim = head_dim;
     c->row = (long)n_kv * head_dim;
     c->max = max;
+    c->max_T = max_T;
+    c->inplace = kv_inplace_default();
+    return c;
+}
+
+kv_cache *kv_dense_new(int n_kv, int head_dim, int max, int max_T) {
+    if (n_kv <= 0 || head_dim <= 0 || max <= 0 || max_T <= 0) {
+        err_set("kv cache: bad shape (n_kv %d, head_dim %d, max %d, max_T %d)", n_kv, head_dim, max, max_T);
+        return NULL;
+    }
+    return cache_new(KV_DENSE, n_kv, head_dim, max, max_T);
+}
+
+kv_cache *kv_rotating_new(int n_kv, int head_dim, int window, int keep, int max, int max_T) {
+    if (n_kv <= 0 || head_dim <= 0 || max <= 0 || max_T <= 0 || window < 2 || keep < 0 || keep >= window - 1) {
+        err_set("kv cache: bad rotating shape (n_kv %d, head_dim %d, window %d, keep %d, max %d, max_T %d)",
+                n_kv, head_dim, window, keep, max, max_T);
+        return NULL;
+    }
+    kv_cache *c = cache_new(KV_ROTATING, n_kv, head_dim, max, max_T);
+    if (c) {
+        c->window = window;
+        c->keep = keep;
+    }
     return c;
 }
 
 void kv_free(kv_cache *c) {
     if (!c) return;
-    free(c->k);
-    free(c->v);
-    free(c->pos);
+    buf_release(NULL, c->buf);
+    buf_destroy(c->spare);
     free(c);
 }
 
-static int grow(kv_cache *c, int need) {
-    int cap = c->cap;
-    while (cap < need) cap += KV_STEP;
-    if (cap > c->max) cap = c->max;
-    size_t bytes = (size_t)cap * (size_t)c->row * sizeof(float);
-    float *k = realloc(c->k, bytes);
-    if (!k) return err_set("out of memory growing kv cache to %d rows", cap);
-    c->k = k;
-    float *v = realloc(c->v, bytes);
-    if (!v) return err_set("out of memory growing kv cache to %d rows", cap);
-    c->v = v;
-    int32_t *p = realloc(c->pos, (size_t)cap * sizeof *p);
-    if (!p) return err_set("out of memory growing kv cache to %d rows", cap);
-    c->pos = p;
-    c->cap = cap;
+kv_cache *kv_share(kv_cache *c, int max_T, kv_stats *stats) {
+    kv_cache *s = malloc(sizeof *s);
+    if (!s) { err_set("kv cache: out of memory taking a snapshot"); return NULL; }
+    *s = *c;
+    s->max_T = max_T > 0 ? max_T : c->max_T;
+    s->claim = 0;
+    s->spare = NULL;
+    s->stats = stats;
+    s->ready_T = 0;
+    c->ready_T = 0;
+    if (s->buf) atomic_fetch_add(&s->buf->refs, 1);
+    return s;
+}
+
+/* ---- write planning ----------------------------------------------------------- */
+
+/* Rows a rotating cache drops before a write at p0: non-keep slots below this. */
+static int32_t drop_below(const kv_cache *c, int32_t p0) {
+    return c->kind == KV_ROTATING ? p0 - (c->window - 1 - c->keep) : INT32_MIN;
+}
+
+/* Slot s holds a row that is dead: dropped (pos < lo, past the keep slots) or cut
+ * (pos >= hi). */
+static int dead(const kv_cache *c, int s, int32_t lo, int32_t hi) {
+    int32_t p = c->buf->pos[s];
+    return p >= hi || (s >= c->keep && p < lo);
+}
+
+/* Dead slots among [0, n). */
+static int count_dead(const kv_cache *c, int32_t lo, int32_t hi) {
+    int nd = 0;
+    if (!c->buf) return 0;
+    for (int s = 0; s < c->n; s++) nd += dead(c, s, lo, hi);
+    return nd;
+}
+
+static int sole_holder(const kv_cache *c) {
+    return atomic_load(&c->buf->refs) == 1 || atomic_load(&g_ignore_sharing);
+}
+
+/* Claims slots [n, end) of a shared buffer: succeeds when no holder can see them
+ * and no other holder claimed them first. */
+static int claim(kv_cache *c, int end) {
+    kv_buf *b = c->buf;
+    int h = atomic_load(&b->hw);
+    int from = c->claim && c->claim == h && c->claim >= c->n ? c->claim : c->n;
+    if (h != from) return 0;
+    if (end <= h) return 1;
+    if (!atomic_compare_exchange_strong(&b->hw, &h, end)) return 0;
+    c->claim = end;
+    return 1;
+}
+
+/* kv_prepare without the bookkeeping of what it did; *copied gets 1 after a copy. */
+static int prepare(kv_cache *c, int32_t p0, int T, int *copied) {
+    *copied = 0;
+    if (T <= 0) return err_set("kv cache: write of %d rows", T);
+    if (p0 < 0 || (int64_t)p0 + T > c->max || (c->kind == KV_DENSE && c->n + T > c->max))
+        return err_set("context full: %d cached + %d new tokens exceed the context size %d (raise --ctx-size)",
+                       c->kind == KV_DENSE ? c->n : p0, T, c->max);
+    int nd = count_dead(c, drop_below(c, p0), INT32_MAX);
+    int new_n = c->n + T - nd, top = new_n > c->n ? new_n : c->n;
+    if (!c->buf) {
+        if (!(c->buf = buf_new(c->row, reserve_rows(c, top)))) return -1;
+        count(c, 0, 0, 0, 1);
+        if (buf_commit(c, c->buf, top) != 0) {
+            buf_release(NULL, c->buf);
+            c->buf = NULL;
+            return -1;
+        }
+        return 0;
+    }
+    int in_place = c->inplace && top <= c->buf->reserve && (sole_holder(c) || (nd == 0 && claim(c, new_n)));
+    if (in_place) return buf_commit(c, c->buf, top);
+    *copied = c->n > 0;
+    return cow(c, top);
+}
+
+int kv_prepare(kv_cache *c, int32_t p0, int T) {
+    if (c->ready_T == T && c->ready_p0 == p0) return 0;
+    int copied;
+    if (prepare(c, p0, T, &copied) != 0) return -1;
+    c->ready_T = T;
+    c->ready_p0 = p0;
+    c->ready_copied = copied;
     return 0;
 }
 
+/* ---- append ------------------------------------------------------------------- */
+
+/* Closes holes: moves live rows from slots >= new_n into dead slots below new_n. */
+static void compact(kv_cache *c, int32_t lo, int32_t hi, int new_n) {
+    kv_buf *b = c->buf;
+    size_t rb = (size_t)c->row * sizeof(float);
+    int src = c->n - 1, moved = 0;
+    for (int h = 0; h < new_n; h++) {
+        if (!dead(c, h, lo, hi)) continue;
+        while (src >= new_n && dead(c, src, lo, hi)) src--;
+        memcpy(b->k + (long)h * c->row, b->k + (long)src * c->row, rb);
+        memcpy(b->v + (long)h * c->row, b->v + (long)src * c->row, rb);
+        b->pos[h] = b->pos[src];
+        src--;
+        moved++;
+    }
+    if (moved) count(c, 0, (uint64_t)moved * row_bytes(c->row), 0, 0);
+}
+
+static void put_row(kv_cache *c, int s, const float *k, const float *v, int32_t pos) {
+    size_t rb = (size_t)c->row * sizeof(float);
+    memcpy(c->buf->k + (long)s * c->row, k, rb);
+    memcpy(c->buf->v + (long)s * c->row, v, rb);
+    c->buf->pos[s] = pos;
+}
+
 int kv_append(kv_cache *c, const float *k, const float *v, const int32_t *pos, int T) {
-    if (T < 0 || c->n + T > c->max)
-        return err_set("context full: %d cached + %d new tokens exceed the context size %d (raise --ctx-size)",
-                       c->n, T, c->max);
-    if (c->n + T > c->cap && grow(c, c->n + T) != 0) return -1;
-    memcpy(c->k + (long)c->n * c->row, k, (size_t)T * (size_t)c->row * sizeof(float));
-    memcpy(c->v + (long)c->n * c->row, v, (size_t)T * (size_t)c->row * sizeof(float));
-    memcpy(c->pos + c->n, pos, (size_t)T * sizeof *pos);
-    c->n += T;
+    if (T <= 0) return err_set("kv cache: write of %d rows", T);
+    for (int i = 1; i < T; i++)
+        if (pos[i] != pos[0] + i) return err_set("kv cache: positions of one write must be consecutive (row %d at %d after %d)", i, pos[i], pos[i - 1]);
+    if (kv_prepare(c, pos[0], T) != 0) return -1;
+    int copied = c->ready_copied;
+    c->ready_T = 0;
+    int32_t lo = drop_below(c, pos[0]);
+    int nd = count_dead(c, lo, INT32_MAX), n0 = c->n, i = 0;
+    /* new rows go into dropped slots first (which slot is irrelevant: attention
+     * masks by position), then past the end */
+    for (int s = c->keep; s < n0 && i < T && nd > 0; s++)
+        if (dead(c, s, lo, INT32_MAX)) {
+            put_row(c, s, k + (long)i * c->row, v + (long)i * c->row, pos[i]);
+            i++;
+        }
+    for (int s = n0; i < T; s++, i++) put_row(c, s, k + (long)i * c->row, v + (long)i * c->row, pos[i]);
+    int new_n = n0 + T - nd;
+    if (nd > T) compact(c, lo, INT32_MAX, new_n); /* more rows dropped than written: close the holes */
+    c->n = new_n;
+    kv_buf *b = c->buf;
+    if (atomic_load(&b->refs) == 1) {
+        atomic_store(&b->hw, new_n);
+        c->claim = 0;
+    } else if (atomic_load(&b->hw) < new_n) {
+        atomic_store(&b->hw, new_n); /* only under kv_test_ignore_sharing */
+    }
+    count(c, copied ? 0 : (uint64_t)T, 0, 0, 0);
+    return 0;
+}
+
+int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos, int n) {
+    if (c->n != 0 || c->buf) return err_set("kv cache: set_rows on a cache that is not empty");
+    if (n < 0) return err_set("kv cache: %d rows", n);
+    if (n == 0) return 0;
+    if (!(c->buf = buf_new(c->row, reserve_rows(c, n)))) return -1;
+    count(c, 0, 0, 0, 1);
+    if (buf_commit(c, c->buf, n) != 0) {
+        buf_release(NULL, c->buf);
+        c->buf = NULL;
+        return -1;
+    }
+    size_t fb = (size_t)n * (size_t)c->row * sizeof(float);
+    memcpy(c->buf->k, k, fb);
+    memcpy(c->buf->v, v, fb);
+    memcpy(c->buf->pos, pos, (size_t)n * sizeof(int32_t));
+    atomic_store(&c->buf->hw, n);
+    c->n = n;
     return 0;
 }
 
 void kv_view(const kv_cache *c, attn_kv *out) {
-    out->k = c->k;
-    out->v = c->v;
-    out->pos = c->pos;
+    out->k = c->buf ? c->buf->k : NULL;
+    out->v = c->buf ? c->buf->v : NULL;
+    out->pos = c->buf ? c->buf->pos : NULL;
     out->n = c->n;
     out->row_stride = c->row;
 }
 
-void kv_truncate(kv_cache *c, int n) {
-    if (n >= 0 && n < c->n) c->n = n;
+/* ---- truncate ----------------------------------------------------------------- */
+
+void kv_pos_range(const kv_cache *c, int32_t *lo, int32_t *hi) {
+    *lo = *hi = -1;
+    for (int s = 0; s < c->n; s++) {
+        int32_t p = c->buf->pos[s];
+        if (*lo < 0 || p < *lo) *lo = p;
+        if (p > *hi) *hi = p;
+    }
 }
 
+/* Rows held with positions in [a, b). */
+static int count_in(const kv_cache *c, int32_t a, int32_t b) {
+    int k = 0;
+    for (int s = 0; s < c->n; s++) k += c->buf->pos[s] >= a && c->buf->pos[s] < b;
+    return k;
+}
+
+int kv_can_truncate(const kv_cache *c, int32_t p) {
+    if (p < 0) return err_set("kv cache: cannot go back to position %d", p);
+    if (c->kind == KV_DENSE || c->n == 0) return 0;
+    int32_t lo, hi;
+    kv_pos_range(c, &lo, &hi);
+    if (p > hi) return 0;
+    int K = c->keep;
+    int32_t ka = 0, kb = p < K ? p : K;                         /* keep rows needed */
+    int32_t ra = p - (c->window - 1 - K), rb = p;               /* window rows needed */
+    if (ra < kb) ra = kb;
+    if (count_in(c, ka, kb) != kb - ka || count_in(c, ra, rb) != rb - ra)
+        return err_set("rotating cache (window %d, keep %d) holds positions %d..%d: going back to %d needs "
+                       "positions %d..%d, which it has overwritten (restore a snapshot taken at or before %d instead)",
+                       c->window, K, lo, hi, p, ra, rb - 1, p);
+    return 0;
+}
+
+int kv_truncate(kv_cache *c, int32_t p) {
+    if (kv_can_truncate(c, p) != 0) return -1;
+    c->ready_T = 0;
+    int nd = count_dead(c, INT32_MIN, p);
+    if (nd == 0) return 0;
+    int new_n = c->n - nd, holes_below = 0;
+    for (int s = 0; s < new_n; s++) holes_below += dead(c, s, INT32_MIN, p);
+    if (holes_below) {
+        /* moving rows is a write into slots the view holds */
+        if (!(c->inplace && sole_holder(c)) && cow(c, c->n) != 0) return -1;
+        compact(c, INT32_MIN, p, new_n);
+    }
+    c->n = new_n;
+    c->claim = 0;
+    if (atomic_load(&c->buf->refs) == 1) atomic_store(&c->buf->hw, new_n);
+    return 0;
+}
+
+int kv_adopt(kv_cache *c, kv_kind kind, int window, int keep, int max, int max_T) {
+    if (c->n > max) return err_set("kv cache: %d rows do not fit a context of %d", c->n, max);
+    if (kind == KV_DENSE && c->kind == KV_ROTATING)
+        for (int s = 0; s < c->n; s++)
+            if (c->buf->pos[s] != s)
+                return err_set("kv cache: a rotating cache (window %d) that has dropped or reordered rows "
+                               "cannot become a dense one (slot %d holds position %d)", c->window, s, c->buf->pos[s]);
+    if (kind == KV_ROTATING && (window < 2 || keep < 0 || keep >= window - 1))
+        return err_set("kv cache: bad rotating window %d, keep %d", window, keep);
+    c->kind = kind;
+    c->window = kind == KV_ROTATING ? window : 0;
+    c->keep = kind == KV_ROTATING ? keep : 0;
+    c->max = max;
+    c->max_T = max_T;
+    c->ready_T = 0;
+    return 0;
+}
+
+/* ---- inspection --------------------------------------------------------------- */
+
 size_t kv_bytes(const kv_cache *c) {
-    return c ? (size_t)c->cap * ((size_t)c->row * 2 * sizeof(float) + sizeof(int32_t)) : 0;
+    return c && c->buf ? (size_t)atomic_load(&c->buf->cap) * row_bytes(c->row) : 0;
+}
+
+size_t kv_view_bytes(const kv_cache *c) { return c ? (size_t)c->n * row_bytes(c->row) : 0; }
+
+int kv_sane(const kv_cache *c) {
+    if (c->n < 0) return !err_set("kv cache: n %d < 0", c->n);
+    if (c->n > 0 && !c->buf) return !err_set("kv cache: %d rows but no buffer", c->n);
+    if (!c->buf) return 1;
+    const kv_buf *b = c->buf;
+    int refs = atomic_load(&b->refs), hw = atomic_load(&b->hw), cap = atomic_load(&b->cap);
+    if (refs < 1) return !err_set("kv cache: buffer has %d holders", refs);
+    if (c->n > cap || cap > b->reserve) return !err_set("kv cache: n %d, committed %d, reserved %d", c->n, cap, b->reserve);
+    if (c->n > hw) return !err_set("kv cache: view of %d slots passes the high-water mark %d", c->n, hw);
+    if (c->claim && (c->claim < c->n || c->claim > hw))
+        return !err_set("kv cache: claim %d outside [n %d, hw %d]", c->claim, c->n, hw);
+    if (c->spare && (c->spare == c->buf || atomic_load(&c->spare->refs) != 1))
+        return !err_set("kv cache: spare buffer is shared");
+    if (c->kind == KV_DENSE) {
+        for (int s = 1; s < c->n; s++)
+            if (b->pos[s] <= b->pos[s - 1])
+                return !err_set("kv cache: dense slot %d at position %d after %d", s, b->pos[s], b->pos[s - 1]);
+        return 1;
+    }
+    int32_t lo, hi;
+    kv_pos_range(c, &lo, &hi);
+    if (c->n == 0) return 1;
+    size_t span = (size_t)(hi - lo) + 1;
+    unsigned char *seen = calloc(span, 1);
+    if (!seen) return !err_set("kv cache: out of memory checking");
+    int ok = 1;
+    for (int s = 0; s < c->n && ok; s++) {
+        size_t i = (size_t)(b->pos[s] - lo);
+        if (seen[i]) ok = !err_set("kv cache: position %d held twice", b->pos[s]);
+        seen[i] = 1;
+    }
+    free(seen);
+    return ok;
 }

@@ -1,0 +1,375 @@
+/* tests/test_kv_cache.c: unit tests of the dense and rotating KV caches: what each
+ * view holds after warmup, wraps, `keep`, and chunked writes that cross the window;
+ * snapshots before and after a wrap; copy-on-write counters; the copying path
+ * (inplace = 0) giving the same slots bit for bit; truncation; and a check that the
+ * sharing tests fail when the ownership rule is switched off. Rows carry their
+ * position in every value, so a view can be checked row by row. */
+#include <stdlib.h>
+
+#include "base/err.h"
+#include "harness.h"
+#include "kv/cache.h"
+
+#define NKV 2
+#define HD 4
+#define ROW (NKV * HD)
+#define ROW_BYTES (ROW * 2 * sizeof(float) + sizeof(int32_t))
+
+/* k [T, ROW], v [T, ROW] and pos [T] for positions p0..p0+T-1: k = 1000 p + i. */
+static void rows(int32_t p0, int T, float *k, float *v, int32_t *pos) {
+    for (int t = 0; t < T; t++) {
+        pos[t] = p0 + t;
+        for (int i = 0; i < ROW; i++) {
+            k[t * ROW + i] = (float)(1000 * (p0 + t) + i);
+            v[t * ROW + i] = -(float)(1000 * (p0 + t) + i);
+        }
+    }
+}
+
+static int append(kv_cache *c, int32_t p0, int T) {
+    float *k = malloc(sizeof(float) * ROW * (size_t)T), *v = malloc(sizeof(float) * ROW * (size_t)T);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
+    rows(p0, T, k, v, pos);
+    int rc = kv_append(c, k, v, pos, T);
+    free(k);
+    free(v);
+    free(pos);
+    return rc;
+}
+
+/* Problems with c's view: rows whose values do not match their position, or a set
+ * of positions other than exactly [lo, hi] plus [0, keep). 0 when all is well. */
+static int view_problems(const kv_cache *c, int32_t lo, int32_t hi, int keep) {
+    attn_kv a;
+    kv_view(c, &a);
+    int bad = 0, want = hi - lo + 1;
+    for (int32_t p = 0; p < keep && p < lo; p++) want++;
+    if (a.n != want) bad++;
+    for (int s = 0; s < a.n; s++) {
+        int32_t p = a.pos[s];
+        if (!((p >= lo && p <= hi) || p < keep)) bad++;
+        for (int i = 0; i < ROW; i++)
+            if (a.k[s * a.row_stride + i] != (float)(1000 * p + i) || a.v[s * a.row_stride + i] != -(float)(1000 * p + i)) {
+                bad++;
+                break;
+            }
+    }
+    if (!kv_sane(c)) bad++;
+    return bad;
+}
+
+/* ---- dense ---------------------------------------------------------------------- */
+
+static void dense_chunks_and_growth(void) {
+    kv_stats st = {0};
+    kv_cache *c = kv_dense_new(NKV, HD, 1000, 64);
+    c->stats = &st;
+    c->inplace = 1;
+    int32_t p = 0;
+    const int chunks[] = {1, 7, 64, 3, 64, 64, 64, 64, 64, 64, 64, 64, 1};
+    for (size_t i = 0; i < sizeof chunks / sizeof *chunks; i++) {
+        CHECK(append(c, p, chunks[i]) == 0, "append %d at %d: %s", chunks[i], p, err_msg());
+        p += chunks[i];
+        CHECK(view_problems(c, 0, p - 1, 0) == 0, "view after %d rows: %s", p, err_msg());
+    }
+    attn_kv a;
+    kv_view(c, &a);
+    for (int s = 0; s < a.n; s++) CHECK(a.pos[s] == s, "dense slot %d holds position %d", s, a.pos[s]);
+    CHECK(st.copied_bytes == 0 && st.cow_copies == 0, "growth copied %llu bytes", (unsigned long long)st.copied_bytes);
+    /* one buffer, then one commit per KV_STEP rows */
+    CHECK(st.allocs == 1 + (uint64_t)(p + KV_STEP - 1) / KV_STEP, "allocs %llu for %d rows", (unsigned long long)st.allocs, p);
+    CHECK(append(c, p, 1000 - p + 1) != 0, "writing past the context limit should fail");
+    CHECK_STR_HAS(err_msg(), "context full");
+    CHECK(view_problems(c, 0, p - 1, 0) == 0, "a failed write changed the cache");
+    kv_free(c);
+}
+
+/* The per-token path of an exclusively owned cache allocates and copies nothing. */
+static void dense_decode_allocates_nothing(void) {
+    kv_stats st = {0};
+    kv_cache *c = kv_dense_new(NKV, HD, 4096, 64);
+    c->stats = &st;
+    c->inplace = 1;
+    append(c, 0, 20);
+    kv_stats before = st;
+    for (int i = 0; i < 100; i++) append(c, 20 + i, 1);
+    CHECK(st.allocs == before.allocs, "100 decode steps made %llu allocations", (unsigned long long)(st.allocs - before.allocs));
+    CHECK(st.copied_bytes == 0 && st.cow_copies == 0, "decode copied %llu bytes", (unsigned long long)st.copied_bytes);
+    CHECK(st.inplace_rows == before.inplace_rows + 100, "inplace_rows %llu", (unsigned long long)st.inplace_rows);
+    CHECK(view_problems(c, 0, 119, 0) == 0, "view");
+    kv_free(c);
+}
+
+/* ---- rotating ------------------------------------------------------------------- */
+
+static void rotating_warmup_and_wrap(void) {
+    kv_stats st = {0};
+    const int W = 8;
+    kv_cache *c = kv_rotating_new(NKV, HD, W, 0, 10000, 16);
+    c->stats = &st;
+    c->inplace = 1;
+    for (int p = 0; p < W; p++) {
+        append(c, p, 1);
+        CHECK(view_problems(c, 0, p, 0) == 0, "warmup at %d", p);
+    }
+    kv_stats warm = st;
+    for (int p = W; p < 200; p++) {
+        append(c, p, 1);
+        CHECK(view_problems(c, p - W + 1, p, 0) == 0, "steady state at %d", p);
+        CHECK(c->n == W, "holds %d rows, want %d", c->n, W);
+    }
+    CHECK(st.copied_bytes == 0 && st.cow_copies == 0, "exclusive wrap copied %llu bytes", (unsigned long long)st.copied_bytes);
+    CHECK(st.allocs == warm.allocs, "steady state allocated");
+    CHECK(st.inplace_rows == 200, "inplace_rows %llu", (unsigned long long)st.inplace_rows);
+    kv_free(c);
+}
+
+/* Chunks of random sizes: before a write at p0 the cache keeps positions
+ * >= p0 - W + 1 (what the chunk's first query needs) and nothing older. */
+static void rotating_chunks_cross_window(void) {
+    const int W = 8, maxT = 7;
+    kv_cache *c = kv_rotating_new(NKV, HD, W, 0, 100000, maxT);
+    c->inplace = 1;
+    srand(7);
+    int32_t p = 0;
+    for (int step = 0; step < 400; step++) {
+        int T = step % 5 == 4 ? 1 : 1 + rand() % maxT;
+        CHECK(append(c, p, T) == 0, "append %d at %d: %s", T, p, err_msg());
+        int32_t lo = p - (W - 1) > 0 ? p - (W - 1) : 0;
+        CHECK(view_problems(c, lo, p + T - 1, 0) == 0, "after %d rows at %d: n %d", T, p, c->n);
+        CHECK(c->n <= W - 1 + maxT, "holds %d rows, bound %d", c->n, W - 1 + maxT);
+        p += T;
+    }
+    /* one write much longer than the window keeps all of it (its queries need it) */
+    kv_cache *d = kv_rotating_new(NKV, HD, W, 0, 1000, 40);
+    CHECK(append(d, 0, 40) == 0 && view_problems(d, 0, 39, 0) == 0, "prefill of 40 rows");
+    CHECK(append(d, 40, 1) == 0 && view_problems(d, 33, 40, 0) == 0 && d->n == W, "decode after a long prefill");
+    kv_free(d);
+    kv_free(c);
+}
+
+static void rotating_keep(void) {
+    const int W = 8, K = 2;
+    kv_cache *c = kv_rotating_new(NKV, HD, W, K, 10000, 4);
+    c->inplace = 1;
+    int32_t p = 0;
+    for (int step = 0; step < 60; step++) {
+        int T = step < 30 ? 1 : 1 + step % 4;
+        append(c, p, T);
+        p += T;
+        int32_t lo = p - T - (W - 1 - K);
+        if (lo < K) lo = K;
+        CHECK(view_problems(c, lo, p - 1, K) == 0, "keep: view after writing up to %d (n %d)", p - 1, c->n);
+    }
+    kv_free(c);
+}
+
+/* ---- sharing -------------------------------------------------------------------- */
+
+/* Snapshot during warmup; the live cache fills the window (in place: those slots
+ * were never valid for the snapshot) and then wraps. Returns problems. */
+static int warmup_snapshot_problems(uint64_t *copied_in_warmup) {
+    const int W = 8;
+    kv_stats st = {0};
+    kv_cache *c = kv_rotating_new(NKV, HD, W, 0, 10000, 4);
+    c->stats = &st;
+    c->inplace = 1;
+    int bad = 0;
+    for (int p = 0; p < 3; p++) append(c, p, 1);
+    kv_cache *snap = kv_share(c, 0, NULL);
+    for (int p = 3; p < W; p++) append(c, p, 1);
+    *copied_in_warmup = st.copied_bytes;
+    bad += view_problems(snap, 0, 2, 0);
+    for (int p = W; p < 3 * W; p++) append(c, p, 1);
+    bad += view_problems(snap, 0, 2, 0);
+    bad += view_problems(c, 2 * W, 3 * W - 1, 0);
+    kv_free(c);
+    bad += view_problems(snap, 0, 2, 0);
+    kv_free(snap);
+    return bad;
+}
+
+/* Snapshot after a wrap; the live cache's next (wrapped) write must copy, once.
+ * Returns problems; *cow gets the copies the first wrapped write made. */
+static int wrapped_snapshot_problems(uint64_t *cow, uint64_t *copied) {
+    const int W = 8;
+    kv_stats st = {0};
+    kv_cache *c = kv_rotating_new(NKV, HD, W, 0, 10000, 4);
+    c->stats = &st;
+    c->inplace = 1;
+    for (int p = 0; p < 20; p++) append(c, p, 1);
+    kv_cache *snap = kv_share(c, 0, NULL);
+    int bad = view_problems(snap, 12, 19, 0);
+    append(c, 20, 1);
+    *cow = st.cow_copies;
+    *copied = st.copied_bytes;
+    bad += view_problems(snap, 12, 19, 0);
+    for (int p = 21; p < 60; p++) append(c, p, 1);
+    bad += view_problems(snap, 12, 19, 0);
+    bad += view_problems(c, 52, 59, 0);
+    if (st.cow_copies != 1) bad++; /* later writes own their copy */
+    kv_free(c);
+    kv_free(snap);
+    return bad;
+}
+
+static void snapshot_in_warmup(void) {
+    uint64_t copied = 1;
+    CHECK(warmup_snapshot_problems(&copied) == 0, "the snapshot taken in warmup changed");
+    CHECK(copied == 0, "warmup writes past a snapshot copied %llu bytes (they should go in place)", (unsigned long long)copied);
+}
+
+static void snapshot_after_wrap(void) {
+    uint64_t cow = 0, copied = 0;
+    CHECK(wrapped_snapshot_problems(&cow, &copied) == 0, "the snapshot taken after the wrap changed");
+    CHECK(cow == 1, "the first wrapped write into a shared buffer made %llu copies, want 1", (unsigned long long)cow);
+    CHECK(copied == 8 * ROW_BYTES, "copied %llu bytes, want the 8 rows", (unsigned long long)copied);
+}
+
+/* The sharing tests can fail: with the ownership rule off they must. */
+static void sharing_tests_can_fail(void) {
+    uint64_t copied, cow, cb;
+    kv_test_ignore_sharing(1);
+    int a = warmup_snapshot_problems(&copied), b = wrapped_snapshot_problems(&cow, &cb);
+    kv_test_ignore_sharing(0);
+    CHECK(a > 0, "snapshot_in_warmup passes even when shared writes go in place");
+    CHECK(b > 0, "snapshot_after_wrap passes even when shared writes go in place");
+}
+
+/* Dense: a snapshot and the live cache share; the live cache appends past the
+ * snapshot's rows in place (it claimed them); a second holder restored from the
+ * snapshot (a branch) must copy before its first append. */
+static void dense_snapshot_and_branch(void) {
+    kv_stats live = {0}, branch = {0};
+    kv_cache *c = kv_dense_new(NKV, HD, 1000, 16);
+    c->stats = &live;
+    c->inplace = 1;
+    append(c, 0, 10);
+    kv_cache *snap = kv_share(c, 0, NULL);
+    for (int p = 10; p < 60; p++) append(c, p, 1);
+    CHECK(live.copied_bytes == 0 && live.cow_copies == 0, "appending past a snapshot copied %llu bytes",
+          (unsigned long long)live.copied_bytes);
+    CHECK(view_problems(snap, 0, 9, 0) == 0 && view_problems(c, 0, 59, 0) == 0, "views after appending");
+    kv_cache *b = kv_share(snap, 16, &branch);
+    b->inplace = 1;
+    CHECK(append(b, 10, 3) == 0, "branch append");
+    CHECK(branch.cow_copies == 1 && branch.copied_bytes == 10 * ROW_BYTES, "branch copies %llu (%llu bytes), want 1 copy of 10 rows",
+          (unsigned long long)branch.cow_copies, (unsigned long long)branch.copied_bytes);
+    CHECK(view_problems(b, 0, 12, 0) == 0 && view_problems(c, 0, 59, 0) == 0 && view_problems(snap, 0, 9, 0) == 0,
+          "branch, live and snapshot views");
+    /* the live cache goes back past the snapshot and rewrites: that must copy */
+    uint64_t cows = live.cow_copies;
+    CHECK(kv_truncate(c, 5) == 0 && append(c, 5, 1) == 0, "truncate and append: %s", err_msg());
+    CHECK(live.cow_copies == cows + 1, "rewriting rows a snapshot sees did not copy");
+    CHECK(view_problems(snap, 0, 9, 0) == 0 && view_problems(c, 0, 5, 0) == 0, "views after rewriting");
+    kv_free(b);
+    kv_free(snap);
+    kv_free(c);
+}
+
+/* ---- the copying path ----------------------------------------------------------- */
+
+static int same_view(const kv_cache *a, const kv_cache *b) {
+    attn_kv x, y;
+    kv_view(a, &x);
+    kv_view(b, &y);
+    size_t fb = sizeof(float) * ROW * (size_t)x.n;
+    return x.n == y.n && !memcmp(x.k, y.k, fb) && !memcmp(x.v, y.v, fb) && !memcmp(x.pos, y.pos, sizeof(int32_t) * (size_t)x.n);
+}
+
+static void copying_path_same_slots(void) {
+    kv_stats si = {0}, sc = {0};
+    kv_cache *a = kv_rotating_new(NKV, HD, 8, 0, 100000, 7), *b = kv_rotating_new(NKV, HD, 8, 0, 100000, 7);
+    kv_cache *d = kv_dense_new(NKV, HD, 2000, 7), *e = kv_dense_new(NKV, HD, 2000, 7);
+    a->stats = d->stats = &si;
+    a->inplace = d->inplace = 1;
+    b->stats = e->stats = &sc;
+    b->inplace = e->inplace = 0;
+    srand(3);
+    int32_t p = 0;
+    int same = 1;
+    for (int step = 0; step < 200; step++) {
+        int T = 1 + rand() % 7;
+        append(a, p, T);
+        append(b, p, T);
+        append(d, p, T);
+        append(e, p, T);
+        p += T;
+        same &= same_view(a, b) && same_view(d, e);
+    }
+    CHECK(same, "the copying path put different rows in different slots");
+    CHECK(sc.cow_copies >= 398 && sc.copied_bytes > 0, "copying path: %llu copies", (unsigned long long)sc.cow_copies);
+    CHECK(si.cow_copies == 0, "in-place path made %llu copies", (unsigned long long)si.cow_copies);
+    /* two buffers per cache, alternating, each committed in KV_STEP steps (~800 dense rows) */
+    CHECK(sc.allocs <= 16, "copying path allocated %llu times (the spare buffer should be recycled)", (unsigned long long)sc.allocs);
+    kv_free(a);
+    kv_free(b);
+    kv_free(d);
+    kv_free(e);
+}
+
+/* ---- truncation ----------------------------------------------------------------- */
+
+static void truncate_rules(void) {
+    kv_cache *c = kv_rotating_new(NKV, HD, 8, 0, 10000, 4);
+    c->inplace = 1;
+    for (int p = 0; p < 30; p++) append(c, p, 1);
+    /* holds 22..29: going back to 29 needs 22..28: fine */
+    CHECK(kv_can_truncate(c, 29) == 0, "going back one position should work: %s", err_msg());
+    CHECK(kv_can_truncate(c, 25) != 0, "going back to 25 needs 18..24, which the ring overwrote");
+    CHECK_STR_HAS(err_msg(), "overwritten");
+    CHECK(kv_truncate(c, 25) != 0 && view_problems(c, 22, 29, 0) == 0, "a refused truncate changed the cache");
+    /* truncating a shared ring copies when it has to move rows; the snapshot keeps its rows */
+    kv_cache *snap = kv_share(c, 0, NULL);
+    CHECK(kv_truncate(c, 29) == 0 && view_problems(c, 22, 28, 0) == 0, "truncate to 29");
+    CHECK(append(c, 29, 1) == 0 && view_problems(c, 22, 29, 0) == 0, "append after truncate");
+    CHECK(view_problems(snap, 22, 29, 0) == 0, "truncating a shared ring changed the snapshot");
+    kv_free(snap);
+    /* a chunk-widened ring (8 - 1 + 4 rows) can go back further */
+    kv_cache *d = kv_rotating_new(NKV, HD, 8, 0, 10000, 4);
+    for (int p = 0; p < 20; p += 4) append(d, p, 4);
+    CHECK(kv_can_truncate(d, 17) == 0, "a chunk-widened ring can go back to 17: %s", err_msg());
+    CHECK(kv_truncate(d, 17) == 0 && view_problems(d, 9, 16, 0) == 0, "truncate to 17 (n %d)", d->n);
+    CHECK(append(d, 17, 1) == 0 && view_problems(d, 10, 17, 0) == 0, "append after truncate");
+    kv_free(d);
+    kv_free(c);
+    kv_cache *e = kv_dense_new(NKV, HD, 100, 8);
+    append(e, 0, 8);
+    CHECK(kv_truncate(e, 3) == 0 && view_problems(e, 0, 2, 0) == 0, "dense truncate");
+    kv_free(e);
+}
+
+static void sane_catches_corruption(void) {
+    kv_cache *c = kv_rotating_new(NKV, HD, 8, 0, 1000, 4);
+    for (int p = 0; p < 12; p++) append(c, p, 1);
+    CHECK(kv_sane(c), "a sound cache: %s", err_msg());
+    int32_t keep = c->buf->pos[3];
+    c->buf->pos[3] = c->buf->pos[4];
+    CHECK(!kv_sane(c), "a duplicated position went unnoticed");
+    c->buf->pos[3] = keep;
+    kv_cache *snap = kv_share(c, 0, NULL);
+    atomic_store(&c->buf->hw, 2);
+    CHECK(!kv_sane(c), "a view past the high-water mark went unnoticed");
+    atomic_store(&c->buf->hw, c->n);
+    CHECK(kv_sane(c), "restored: %s", err_msg());
+    kv_free(snap);
+    kv_free(c);
+    kv_free(NULL);
+    CHECK(kv_rotating_new(NKV, HD, 1, 0, 10, 1) == NULL, "window 1 accepted");
+}
+
+int main(void) {
+    RUN(dense_chunks_and_growth);
+    RUN(dense_decode_allocates_nothing);
+    RUN(rotating_warmup_and_wrap);
+    RUN(rotating_chunks_cross_window);
+    RUN(rotating_keep);
+    RUN(snapshot_in_warmup);
+    RUN(snapshot_after_wrap);
+    RUN(sharing_tests_can_fail);
+    RUN(dense_snapshot_and_branch);
+    RUN(copying_path_same_slots);
+    RUN(truncate_rules);
+    RUN(sane_catches_corruption);
+    return harness_done();
+}

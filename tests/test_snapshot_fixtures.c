@@ -1,0 +1,341 @@
+/* tests/test_snapshot_fixtures.c: the KV caches through the public API on the
+ * reference fixtures. For every model: logits bit-identical with
+ * CELER_KV_INPLACE_WRITE on and off at every chunking (and within 2e-3 of the
+ * reference); greedy output identical both ways; a snapshot at ref.json's branch,
+ * seq_a continued, the snapshot restored and seq_b continued, both matching the
+ * reference; the same through a cache file; 100 decode steps that allocate and
+ * copy nothing. Llama also runs with an artificial sliding window (a rotating
+ * cache compared with a dense one under the same mask), and bad cache files and
+ * impossible rewinds must fail cleanly. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "fixture_util.h"
+#include "harness.h"
+
+static const char *const models[] = {"llama", "llama-q4", "qwen3", "qwen3-q4"};
+#define N_MODELS (int)(sizeof models / sizeof *models)
+
+static double max_diff(const float *a, const float *b, long n) {
+    double m = 0;
+    for (long i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m)) m = d;
+    }
+    return m;
+}
+
+/* A session made with CELER_KV_INPLACE_WRITE=inplace. */
+static celer_session *session_with(celer_model *m, int ctx, int batch, int inplace) {
+    setenv("CELER_KV_INPLACE_WRITE", inplace ? "1" : "0", 1);
+    celer_session *s = celer_session_new(m, ctx, batch);
+    unsetenv("CELER_KV_INPLACE_WRITE");
+    return s;
+}
+
+/* Logits [n, V] of tok fed `chunk` at a time (0: all) into a fresh session. */
+static int logits_of(celer_model *m, const int32_t *tok, int n, int chunk, int inplace, float *out, celer_kv_stats *st) {
+    celer_session *s = session_with(m, n, chunk ? chunk : n, inplace);
+    int rc = s ? celer_session_eval(s, tok, n, out, 1) : -1;
+    if (s && st) celer_session_kv_stats(s, st);
+    celer_session_free(s);
+    return rc;
+}
+
+typedef struct {
+    const char *name;
+    char dir[256];
+    fixture_ref r;
+    celer_model *m;
+} fx;
+
+static int fx_open(fx *f, const char *name) {
+    f->name = name;
+    snprintf(f->dir, sizeof f->dir, "tests/fixtures/models/%s", name);
+    if (fixture_load(f->dir, &f->r) != 0) {
+        CHECK(0, "%s: cannot load reference: %s", name, celer_last_error());
+        fixture_free(&f->r);
+        return -1;
+    }
+    if (!(f->m = celer_model_open(f->dir, 2))) {
+        CHECK(0, "%s: %s", name, celer_last_error());
+        fixture_free(&f->r);
+        return -1;
+    }
+    return 0;
+}
+
+static void fx_close(fx *f) {
+    celer_model_free(f->m);
+    fixture_free(&f->r);
+}
+
+/* ---- in place versus copying ------------------------------------------------------ */
+
+static void check_inplace_identity(fx *f) {
+    const fixture_ref *r = &f->r;
+    size_t nb = (size_t)r->len[0] * (size_t)r->vocab * sizeof(float);
+    float *a = malloc(nb), *b = malloc(nb);
+    const int chunks[] = {0, 1, 7};
+    for (int c = 0; c < 3; c++) {
+        celer_kv_stats sa, sb;
+        int ok = logits_of(f->m, r->seq[0], r->len[0], chunks[c], 1, a, &sa) == 0 &&
+                 logits_of(f->m, r->seq[0], r->len[0], chunks[c], 0, b, &sb) == 0;
+        CHECK(ok, "%s chunk %d: %s", f->name, chunks[c], celer_last_error());
+        if (!ok) continue;
+        CHECK(memcmp(a, b, nb) == 0, "%s chunk %d: logits differ between CELER_KV_INPLACE_WRITE=1 and =0 (max %g)", f->name,
+              chunks[c], max_diff(a, b, (long)(nb / sizeof(float))));
+        double e = max_diff(a, r->logits[0], (long)(nb / sizeof(float)));
+        CHECK(e <= 2e-3, "%s chunk %d: max |logit - ref| = %g", f->name, chunks[c], e);
+        CHECK(sa.cow_copies == 0, "%s chunk %d: the in-place arm copied a buffer %llu times", f->name, chunks[c],
+              (unsigned long long)sa.cow_copies);
+        /* (one write into empty caches has nothing to copy) */
+        CHECK(chunks[c] == 0 || (sb.cow_copies > 0 && sb.copied_bytes > 0), "%s chunk %d: the copying arm did not copy",
+              f->name, chunks[c]);
+    }
+    /* greedy generation: the same tokens both ways, and transformers' tokens */
+    int32_t out[2][256];
+    int n[2];
+    for (int i = 0; i < 2; i++) {
+        celer_session *s = session_with(f->m, r->len[0], 64, i == 0);
+        n[i] = s ? celer_generate_greedy(s, r->seq[0], r->prompt_len, r->n_generated, -1, out[i]) : -1;
+        celer_session_free(s);
+    }
+    CHECK(n[0] == r->n_generated && n[1] == n[0] && !memcmp(out[0], out[1], (size_t)n[0] * sizeof(int32_t)),
+          "%s: greedy output differs between in-place and copying writes", f->name);
+    CHECK(n[0] > 0 && !memcmp(out[0], r->seq[0] + r->prompt_len, (size_t)n[0] * sizeof(int32_t)),
+          "%s: greedy output differs from transformers", f->name);
+    free(a);
+    free(b);
+}
+
+/* ---- branching ---------------------------------------------------------------------- */
+
+/* Feeds tok [n] and checks the logits against ref rows [n, V]; returns max error. */
+static double continue_with(celer_session *s, const int32_t *tok, int n, const float *ref, int vocab) {
+    float *got = malloc((size_t)n * (size_t)vocab * sizeof(float));
+    double e = celer_session_eval(s, tok, n, got, 1) == 0 ? max_diff(got, ref, (long)n * vocab) : -1;
+    free(got);
+    return e;
+}
+
+static void check_branch(fx *f, int chunk) {
+    const fixture_ref *r = &f->r;
+    const int B = r->branch, V = r->vocab;
+    int ctx = r->len[0] > r->len[1] ? r->len[0] : r->len[1];
+    celer_session *s = celer_session_new(f->m, ctx, chunk);
+    CHECK(celer_session_eval(s, r->seq[1], B, NULL, 0) == 0, "%s: prefill: %s", f->name, celer_last_error());
+    celer_snapshot *snap = celer_session_snapshot(s);
+    CHECK(snap && celer_snapshot_pos(snap) == B, "%s: snapshot", f->name);
+    double ea = continue_with(s, r->seq[0] + B, r->len[0] - B, r->logits[0] + (size_t)B * V, V);
+    CHECK(ea >= 0 && ea <= 2e-3, "%s chunk %d: seq_a after the branch point: max err %g", f->name, chunk, ea);
+    CHECK(celer_session_restore(s, snap) == 0, "%s: restore: %s", f->name, celer_last_error());
+    CHECK(celer_session_pos(s) == B && celer_session_logits(s) &&
+              max_diff(celer_session_logits(s), r->logits[1] + (size_t)(B - 1) * V, V) <= 2e-3,
+          "%s: the restored logits are not those after token %d", f->name, B - 1);
+    double eb = continue_with(s, r->seq[1] + B, r->len[1] - B, r->logits[1] + (size_t)B * V, V);
+    CHECK(eb >= 0 && eb <= 2e-3, "%s chunk %d: seq_b after restoring: max err %g", f->name, chunk, eb);
+    /* a second session branches from the same snapshot while the first moves on */
+    celer_session *t = celer_session_new(f->m, ctx, chunk);
+    CHECK(celer_session_restore(t, snap) == 0, "%s: restore into a second session: %s", f->name, celer_last_error());
+    celer_snapshot_free(snap); /* the sessions keep what they share */
+    double ea2 = continue_with(t, r->seq[0] + B, r->len[0] - B, r->logits[0] + (size_t)B * V, V);
+    CHECK(ea2 >= 0 && ea2 <= 2e-3, "%s: seq_a in a second session from the snapshot: max err %g", f->name, ea2);
+    celer_session_free(t);
+    celer_session_free(s);
+}
+
+/* Restoring a cache file and restoring a snapshot give the same logits, bit for bit. */
+static void check_cache_file(fx *f) {
+    const fixture_ref *r = &f->r;
+    const int B = r->branch, V = r->vocab, n = r->len[1] - B;
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/celer-test-%d-%s.kv", (int)getpid(), f->name);
+    celer_session *s = celer_session_new(f->m, r->len[1], 7);
+    CHECK(celer_session_eval(s, r->seq[1], B, NULL, 0) == 0, "prefill");
+    celer_snapshot *snap = celer_session_snapshot(s);
+    CHECK(celer_session_save_cache(s, path) == 0, "%s: save: %s", f->name, celer_last_error());
+    float *a = malloc((size_t)n * V * sizeof(float)), *b = malloc((size_t)n * V * sizeof(float));
+    CHECK(celer_session_eval(s, r->seq[1] + B, n, a, 1) == 0, "continue");
+    celer_session *t = celer_session_new(f->m, r->len[1], 7);
+    CHECK(celer_session_load_cache(t, path) == 0, "%s: load: %s", f->name, celer_last_error());
+    CHECK(celer_session_pos(t) == B, "%s: loaded %d tokens, want %d", f->name, celer_session_pos(t), B);
+    CHECK(celer_session_eval(t, r->seq[1] + B, n, b, 1) == 0, "continue after load");
+    CHECK(memcmp(a, b, (size_t)n * V * sizeof(float)) == 0, "%s: the loaded cache gives other logits (max diff %g)", f->name,
+          max_diff(a, b, (long)n * V));
+    double e = max_diff(b, r->logits[1] + (size_t)B * V, (long)n * V);
+    CHECK(e <= 2e-3, "%s: seq_b after loading the cache: max err %g", f->name, e);
+    celer_snapshot_free(snap);
+    celer_session_free(t);
+    celer_session_free(s);
+    free(a);
+    free(b);
+    remove(path);
+}
+
+/* 100 decode steps into caches the session alone holds: nothing allocated or copied. */
+static void check_decode_allocates_nothing(fx *f) {
+    const fixture_ref *r = &f->r;
+    celer_session *s = celer_session_new(f->m, r->prompt_len + 120, 64);
+    CHECK(celer_session_eval(s, r->seq[0], r->prompt_len, NULL, 0) == 0, "prefill");
+    int32_t t = celer_session_argmax(s);
+    celer_session_eval(s, &t, 1, NULL, 0); /* the first step after a long prefill may compact a ring */
+    celer_kv_stats before, after;
+    celer_session_kv_stats(s, &before);
+    for (int i = 0; i < 100; i++) {
+        t = celer_session_argmax(s);
+        CHECK(celer_session_eval(s, &t, 1, NULL, 0) == 0, "decode %d: %s", i, celer_last_error());
+    }
+    celer_session_kv_stats(s, &after);
+    CHECK(after.allocs == before.allocs && after.copied_bytes == before.copied_bytes && after.cow_copies == before.cow_copies,
+          "%s: 100 decode steps: %llu allocations, %llu bytes copied, %llu copies", f->name,
+          (unsigned long long)(after.allocs - before.allocs), (unsigned long long)(after.copied_bytes - before.copied_bytes),
+          (unsigned long long)(after.cow_copies - before.cow_copies));
+    CHECK(after.inplace_rows - before.inplace_rows == 100ull * (unsigned long long)s->cm->m->cfg.n_layers ||
+              after.inplace_rows > before.inplace_rows,
+          "%s: inplace rows did not grow", f->name);
+    celer_session_free(s);
+}
+
+static void check_model(const char *name) {
+    fx f;
+    if (fx_open(&f, name) != 0) return;
+    check_inplace_identity(&f);
+    check_branch(&f, 1);
+    check_branch(&f, 7);
+    check_branch(&f, 64);
+    check_cache_file(&f);
+    check_decode_allocates_nothing(&f);
+    fx_close(&f);
+}
+
+static void llama(void) { check_model("llama"); }
+static void llama_q4(void) { check_model("llama-q4"); }
+static void qwen3(void) { check_model("qwen3"); }
+static void qwen3_q4(void) { check_model("qwen3-q4"); }
+
+/* ---- an artificial window on Llama ---------------------------------------------------- */
+
+/* Replaces every cache of s by a dense one (same mask: the plan's window). */
+static void make_dense(celer_session *s) {
+    for (int l = 0; l < s->cm->m->cfg.n_layers; l++) {
+        kv_cache *c = s->caches[l];
+        s->caches[l] = kv_dense_new(c->n_kv, c->head_dim, s->ctx, s->max_T);
+        s->caches[l]->stats = &s->stats;
+        kv_free(c);
+    }
+}
+
+static void llama_window(void) {
+    fx f;
+    if (fx_open(&f, "llama") != 0) return;
+    const fixture_ref *r = &f.r;
+    const int W = 16, V = r->vocab, n = r->len[0], B = r->branch;
+    for (int l = 0; l < f.m->m->cfg.n_layers; l++) f.m->m->plan[l].window = W;
+    size_t nb = (size_t)n * V * sizeof(float);
+    float *dense = malloc(nb), *rot = malloc(nb), *copy = malloc(nb);
+    celer_session *d = celer_session_new(f.m, n, n);
+    CHECK(d->caches[0]->kind == KV_ROTATING, "a window shorter than the context should give rotating caches");
+    make_dense(d);
+    CHECK(celer_session_eval(d, r->seq[0], n, dense, 1) == 0, "dense windowed: %s", celer_last_error());
+    celer_session_free(d);
+    const int chunks[] = {0, 1, 7, 5};
+    for (int c = 0; c < 4; c++) {
+        CHECK(logits_of(f.m, r->seq[0], n, chunks[c], 1, rot, NULL) == 0, "rotating chunk %d: %s", chunks[c], celer_last_error());
+        CHECK(logits_of(f.m, r->seq[0], n, chunks[c], 0, copy, NULL) == 0, "copying chunk %d", chunks[c]);
+        double e = max_diff(rot, dense, (long)n * V);
+        CHECK(e <= 1e-4, "chunk %d: a rotating cache differs from a dense one under the same window by %g", chunks[c], e);
+        CHECK(memcmp(rot, copy, nb) == 0, "chunk %d: in-place and copying rotating caches differ", chunks[c]);
+    }
+    /* branch after the ring has wrapped (branch %d > window) */
+    celer_session *s = celer_session_new(f.m, n, 7);
+    celer_session_eval(s, r->seq[0], B, NULL, 0);
+    celer_snapshot *snap = celer_session_snapshot(s);
+    float *tail = malloc((size_t)(n - B) * V * sizeof(float));
+    CHECK(celer_session_eval(s, r->seq[0] + B, n - B, tail, 1) == 0, "continue");
+    double e1 = max_diff(tail, dense + (size_t)B * V, (long)(n - B) * V);
+    CHECK(celer_session_rewind(s, B) != 0, "rewinding a wrapped ring past what it holds should fail");
+    CHECK_STR_HAS(celer_last_error(), "overwritten");
+    CHECK(celer_session_pos(s) == n, "a refused rewind changed the session");
+    CHECK(celer_session_restore(s, snap) == 0, "restore");
+    CHECK(celer_session_eval(s, r->seq[0] + B, n - B, tail, 1) == 0, "continue after restore");
+    double e2 = max_diff(tail, dense + (size_t)B * V, (long)(n - B) * V);
+    CHECK(e1 <= 1e-4 && e2 <= 1e-4, "after the snapshot: %g, after restoring it: %g", e1, e2);
+    CHECK(celer_session_rewind(s, n - 1) == 0, "rewinding one token of a full ring: %s", celer_last_error());
+    celer_snapshot_free(snap);
+    celer_session_free(s);
+    free(tail);
+    free(dense);
+    free(rot);
+    free(copy);
+    fx_close(&f);
+}
+
+/* ---- bad input ---------------------------------------------------------------------- */
+
+static void bad_cache_files(void) {
+    fx a, b;
+    if (fx_open(&a, "llama") != 0) return;
+    if (fx_open(&b, "qwen3") != 0) { fx_close(&a); return; }
+    char path[256], bad[300];
+    snprintf(path, sizeof path, "/tmp/celer-test-%d-bad.kv", (int)getpid());
+    snprintf(bad, sizeof bad, "%s.cut", path);
+    celer_session *s = celer_session_new(a.m, 64, 8);
+    celer_session_eval(s, a.r.seq[0], 20, NULL, 0);
+    CHECK(celer_session_save_cache(s, path) == 0, "save: %s", celer_last_error());
+    /* another model */
+    celer_session *q = celer_session_new(b.m, 64, 8);
+    CHECK(celer_session_load_cache(q, path) != 0, "a llama cache loaded into qwen3");
+    CHECK_STR_HAS(celer_last_error(), "another model");
+    CHECK(celer_session_pos(q) == 0, "a refused load changed the session");
+    /* a context too small */
+    celer_session *small = celer_session_new(a.m, 10, 8);
+    CHECK(celer_session_load_cache(small, path) != 0, "20 tokens loaded into a context of 10");
+    CHECK_STR_HAS(celer_last_error(), "context");
+    /* truncated, and a corrupted header */
+    FILE *in = fopen(path, "rb");
+    fseek(in, 0, SEEK_END);
+    long size = ftell(in);
+    fseek(in, 0, SEEK_SET);
+    char *data = malloc((size_t)size);
+    CHECK(fread(data, 1, (size_t)size, in) == (size_t)size, "read back");
+    fclose(in);
+    FILE *out = fopen(bad, "wb");
+    fwrite(data, 1, (size_t)size - 100, out);
+    fclose(out);
+    celer_session *t = celer_session_new(a.m, 64, 8);
+    celer_session_eval(t, a.r.seq[0], 5, NULL, 0);
+    CHECK(celer_session_load_cache(t, bad) != 0, "a truncated cache file loaded");
+    CHECK_STR_HAS(celer_last_error(), bad);
+    CHECK(celer_session_pos(t) == 5, "a refused load changed the session");
+    char *v = memmem(data, (size_t)size, "version", 7);
+    if (v) v[0] = 'W';
+    out = fopen(bad, "wb");
+    fwrite(data, 1, (size_t)size, out);
+    fclose(out);
+    CHECK(celer_session_load_cache(t, bad) != 0, "a cache file without a version loaded");
+    CHECK_STR_HAS(celer_last_error(), "version");
+    CHECK(celer_session_load_cache(t, "/nonexistent/x.kv") != 0, "a missing file loaded");
+    CHECK(celer_session_load_cache(t, path) == 0 && celer_session_pos(t) == 20, "the good file: %s", celer_last_error());
+    free(data);
+    remove(bad);
+    remove(path);
+    celer_session_free(s);
+    celer_session_free(q);
+    celer_session_free(small);
+    celer_session_free(t);
+    fx_close(&a);
+    fx_close(&b);
+}
+
+int main(void) {
+    (void)N_MODELS;
+    RUN(llama);
+    RUN(llama_q4);
+    RUN(qwen3);
+    RUN(qwen3_q4);
+    RUN(llama_window);
+    RUN(bad_cache_files);
+    return harness_done();
+}
