@@ -31,6 +31,32 @@ typedef struct {
     const float *sinks;  /* [n_heads] extra softmax logit per head, or NULL */
 } attn_params;
 
+/* How an expert stores its gate and up projections. */
+enum {
+    MOE_GU_HALVES = 0,       /* gate_up [2I, H]: rows 0..I-1 gate, I..2I-1 up (Gemma 4) */
+    MOE_GU_INTERLEAVED = 1,  /* gate_up [2I, H]: row 2j gate j, row 2j+1 up j (gpt-oss) */
+    MOE_GU_SPLIT = 2,        /* separate gate [I, H] and up [I, H] (mlx-community) */
+};
+
+/* The experts of one MoE layer as the backend computes them. */
+typedef struct {
+    int n_experts, top_k, inter, hidden;
+    int layout;              /* MOE_GU_* */
+    int act;                 /* as glu: 0 silu, 1 gelu_tanh, 2 clamped swiglu (alpha, limit) */
+    float alpha, limit;
+    const weight *gate_up;   /* [n_experts] each [2I, H], or NULL with MOE_GU_SPLIT */
+    const weight *gate, *up; /* [n_experts] each [I, H] with MOE_GU_SPLIT */
+    const weight *down;      /* [n_experts] each [H, I] */
+    const float *gate_up_bias;          /* [n_experts, 2I] in gate_up's row order, or NULL */
+    const float *gate_bias, *up_bias;   /* [n_experts, I] or NULL (MOE_GU_SPLIT) */
+    const float *down_bias;             /* [n_experts, H] or NULL */
+} moe_experts;
+
+#define MOE_MAX_EXPERTS 256   /* moe_route's bound on E */
+
+/* Floats of work space the moe op needs for T tokens. */
+#define MOE_WORK(T, H, I) ((long)(T) * (2L * (H) + 3L * (I) + 2L))
+
 typedef struct backend backend;
 
 typedef struct {
@@ -46,6 +72,20 @@ typedef struct {
                       const attn_params *p, float *out);
     /* g [n] <- silu(g) * u  (act 0) or gelu_tanh(g) * u (act 1) */
     void (*glu)(backend *b, float *g, const float *u, long n, int act);
+    /* x [n] *= s */
+    void (*scale)(backend *b, float *x, long n, float s);
+    /* x [n] <- cap * tanh(x / cap) */
+    void (*softcap)(backend *b, float *x, long n, float cap);
+    /* Router logits [T, E] -> the top k experts of each token sel [T, k] and their
+     * weights w [T, k]. kind 0: top-k of the logits, softmax over the k; kind 1:
+     * softmax over all E, top-k, renormalized to sum 1, times expert_scale[e] (or 1). */
+    void (*moe_route)(backend *b, const float *logits, int T, int E, int k, int kind,
+                      const float *expert_scale, int32_t *sel, float *w);
+    /* out [T, H] = sum over j < k of w[t, j] * expert_{sel[t, j]}(x [T, H]) where
+     * expert(x) = down(act(gate(x) + bg, up(x) + bu)) + bd. Only the selected experts
+     * run, each over the tokens routed to it. work holds MOE_WORK(T, H, I) floats. */
+    void (*moe)(backend *b, const moe_experts *e, const float *x, const int32_t *sel, const float *w,
+                int T, float *out, float *work);
     /* y [n] += x */
     void (*add)(backend *b, float *y, const float *x, long n);
     /* x [T, cols] = rows tok [T] of the embedding weight, times scale */

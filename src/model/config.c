@@ -1,12 +1,15 @@
 /* model/config.c: the config.json keys every family shares, in both the
- * transformers-5 spelling (rope_parameters, dtype) and the older hub spelling
- * (rope_theta, rope_scaling, torch_dtype), with range checks that name the key. */
+ * transformers-5 spelling (rope_parameters, layer_types, dtype) and the older hub
+ * spelling (rope_theta, rope_scaling, sliding_window_pattern, torch_dtype), with
+ * range checks that name the key. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
 #include "base/json.h"
 #include "model/model.h"
+#include "tensor/dtype.h"
 
 static int get_pos_int(const json_t *o, const char *key, int64_t def, int64_t max, int *out, const char *where) {
     int64_t v;
@@ -49,12 +52,14 @@ int model_parse_common(model *m, const json_t *j, const char *where) {
     if (c->embed_scale == 0) c->embed_scale = 1.0f;
     free(m->plan);
     if (!(m->plan = calloc((size_t)c->n_layers, sizeof *m->plan))) return err_set("out of memory");
+    for (int l = 0; l < c->n_layers; l++) m->plan[l].kv_source = -1; /* every layer owns its cache */
     return 0;
 }
 
 static int rope_type_of(const char *s, rope_type *t) {
     static const struct { const char *name; rope_type t; } names[] = {
         {"default", ROPE_DEFAULT}, {"linear", ROPE_LINEAR}, {"llama3", ROPE_LLAMA3}, {"yarn", ROPE_YARN},
+        {"proportional", ROPE_PROPORTIONAL},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(s, names[i].name) == 0) { *t = names[i].t; return 0; }
@@ -72,7 +77,7 @@ int rope_spec_parse(rope_spec *r, const json_t *params, const json_t *config, co
         if (!ts && jget_str(params, "type", "default", &ts, where)) return -1;
     }
     if (rope_type_of(ts, &r->type) != 0)
-        return err_set("%s: unsupported rope_type \"%s\" (supported: default, linear, llama3, yarn)", where, ts);
+        return err_set("%s: unsupported rope_type \"%s\" (supported: default, linear, llama3, yarn, proportional)", where, ts);
     double theta_cfg;
     if (jget_num(config, "rope_theta", 10000.0, &theta_cfg, where)) return -1;
     if (jget_num(params, "rope_theta", theta_cfg, &r->theta, where) ||
@@ -98,4 +103,77 @@ int rope_spec_parse(rope_spec *r, const json_t *params, const json_t *config, co
     if (r->type == ROPE_LLAMA3 && !(r->high_freq_factor > r->low_freq_factor))
         return err_set("%s: llama3 rope needs high_freq_factor > low_freq_factor", where);
     return 0;
+}
+
+int model_layer_types(const json_t *j, int n_layers, int def_pattern, int *sliding, const char *where) {
+    const json_t *lt = json_object_get(j, "layer_types");
+    if (lt && !json_is_null(lt)) {
+        if (!json_is_array(lt) || (int)json_array_size(lt) != n_layers)
+            return err_set("%s: key \"layer_types\" must be an array of %d strings", where, n_layers);
+        for (int i = 0; i < n_layers; i++) {
+            const char *s = json_string_value(json_array_get(lt, (size_t)i));
+            if (s && strcmp(s, "sliding_attention") == 0) sliding[i] = 1;
+            else if (s && strcmp(s, "full_attention") == 0) sliding[i] = 0;
+            else return err_set("%s: layer_types[%d] = \"%s\" is not supported (sliding_attention, full_attention)", where, i, s ? s : "?");
+        }
+        return 0;
+    }
+    const json_t *pat = json_object_get(j, "sliding_window_pattern");
+    if (pat && json_is_string(pat)) {
+        /* EXAONE's spelling: one letter per layer, L local (sliding), G global, repeating */
+        const char *s = json_string_value(pat);
+        size_t n = strlen(s);
+        if (!n) return err_set("%s: key \"sliding_window_pattern\" is empty", where);
+        for (size_t i = 0; i < n; i++)
+            if (s[i] != 'L' && s[i] != 'G')
+                return err_set("%s: key \"sliding_window_pattern\" = \"%s\" may hold only L and G", where, s);
+        for (int i = 0; i < n_layers; i++) sliding[i] = s[(size_t)i % n] == 'L';
+        return 0;
+    }
+    int64_t p = def_pattern;
+    if (pat && !json_is_null(pat) && !json_is_integer(pat))
+        return err_set("%s: key \"sliding_window_pattern\" must be an integer or a string like \"LLLG\"", where);
+    if (pat && json_is_integer(pat)) p = json_integer_value(pat);
+    if (p < 0) return err_set("%s: key \"sliding_window_pattern\" = %lld must not be negative", where, (long long)p);
+    for (int i = 0; i < n_layers; i++) sliding[i] = p > 0 && (i + 1) % p != 0;
+    return 0;
+}
+
+const json_t *model_rope_params(const json_t *j, const char *layer_type) {
+    const json_t *rp = json_object_get(j, "rope_parameters");
+    if (!rp || !json_is_object(rp)) return NULL;
+    const json_t *sub = json_object_get(rp, layer_type);
+    if (sub && json_is_object(sub)) return sub;
+    /* a flat object applies to every layer type; one keyed by other types to none */
+    if (json_object_get(rp, "sliding_attention") || json_object_get(rp, "full_attention")) return NULL;
+    return rp;
+}
+
+int model_round_to_dtype(const json_t *j, double v, float *out, const char *where) {
+    const char *dt;
+    if (jget_str(j, "dtype", NULL, &dt, where)) return -1;
+    if (!dt && jget_str(j, "torch_dtype", "bfloat16", &dt, where)) return -1;
+    if (strcmp(dt, "bfloat16") == 0) *out = bf16_to_f32(f32_to_bf16((float)v));
+    else if (strcmp(dt, "float32") == 0) *out = (float)v;
+    else if (strcmp(dt, "float16") == 0) {
+        /* nearest float16: the scales in use (sqrt of a width) are normal, well in range */
+        float f = (float)v;
+        int e;
+        frexpf(f, &e);
+        float ulp = ldexpf(1.0f, e - 11);
+        *out = nearbyintf(f / ulp) * ulp;
+    } else return err_set("%s: unsupported dtype \"%s\" (bfloat16, float16, float32)", where, dt);
+    return 0;
+}
+
+int model_reject_key(const json_t *j, const char *key, const char *const *allowed, const char *where) {
+    const json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v) || json_is_false(v)) return 0;
+    if (json_is_string(v) && allowed)
+        for (const char *const *a = allowed; *a; a++)
+            if (strcmp(json_string_value(v), *a) == 0) return 0;
+    char *txt = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    err_set("%s: key \"%s\" = %s changes the model in a way celer does not implement", where, key, txt ? txt : "?");
+    free(txt);
+    return -1;
 }

@@ -1,7 +1,10 @@
 /* model/forward.c: the shared transformer forward pass. It executes any family's
- * layer plan through the backend op table; it never looks at the family. */
+ * layer plan through the backend op table, one helper per stage (embedding,
+ * per-layer inputs, attention, feed-forward, per-layer input gate, head); the
+ * stages read only plan switches, never the family. All arithmetic is backend ops. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/err.h"
 #include "base/mem.h"
@@ -9,37 +12,47 @@
 
 model_scratch *model_scratch_new(const model *m, int max_T) {
     const model_config *c = &m->cfg;
-    long qd = 0, kd = 0, I = 0;
+    long qd = 0, kd = 0, I = 0, E = 0, K = 0, Im = 0;
     for (int l = 0; l < c->n_layers; l++) {
         const layer_plan *p = &m->plan[l];
         if ((long)p->n_heads * p->head_dim > qd) qd = (long)p->n_heads * p->head_dim;
         if ((long)p->n_kv * p->head_dim > kd) kd = (long)p->n_kv * p->head_dim;
         if (p->inter > I) I = p->inter;
+        if (p->moe.n_experts > E) E = p->moe.n_experts;
+        if (p->moe.top_k > K) K = p->moe.top_k;
+        if (p->moe.inter > Im) Im = p->moe.inter;
     }
+    long LP = (long)c->n_layers * c->ple_dim;
     model_scratch *s = mem_calloc(1, sizeof *s, "scratch");
     if (!s) return NULL;
     s->max_T = max_T;
-    size_t T = (size_t)max_T, f = sizeof(float);
-    if (!(s->x = mem_aligned(T * (size_t)c->hidden * f, "activations")) ||
-        !(s->xn = mem_aligned(T * (size_t)c->hidden * f, "activations")) ||
-        !(s->q = mem_aligned(T * (size_t)qd * f, "activations")) ||
-        !(s->k = mem_aligned(T * (size_t)kd * f, "activations")) ||
-        !(s->v = mem_aligned(T * (size_t)kd * f, "activations")) ||
-        !(s->att = mem_aligned(T * (size_t)qd * f, "activations")) ||
-        !(s->gate = mem_aligned(T * (size_t)I * f, "activations")) ||
-        !(s->up = mem_aligned(T * (size_t)I * f, "activations")) ||
-        !(s->logits = mem_aligned(T * (size_t)c->vocab * f, "logits")) ||
-        !(s->pos = mem_aligned(T * sizeof(int32_t), "positions"))) {
+    size_t T = (size_t)max_T, f = sizeof(float), H = (size_t)c->hidden;
+    /* buffers a plan does not use stay NULL (a 0-byte request is skipped) */
+#define ALLOC(ptr, n, what) ((n) == 0 || ((ptr) = mem_aligned((n), what)) != NULL)
+    if (!ALLOC(s->x, T * H * f, "activations") || !ALLOC(s->xn, T * H * f, "activations") ||
+        !ALLOC(s->q, T * (size_t)qd * f, "activations") || !ALLOC(s->k, T * (size_t)kd * f, "activations") ||
+        !ALLOC(s->v, T * (size_t)kd * f, "activations") || !ALLOC(s->att, T * (size_t)qd * f, "activations") ||
+        !ALLOC(s->gate, T * (size_t)I * f, "activations") || !ALLOC(s->up, T * (size_t)I * f, "activations") ||
+        !ALLOC(s->ffn, E ? T * H * f : 0, "activations") || !ALLOC(s->xn2, E ? T * H * f : 0, "activations") ||
+        !ALLOC(s->router, T * (size_t)E * f, "router") || !ALLOC(s->sel, T * (size_t)K * sizeof(int32_t), "router") ||
+        !ALLOC(s->selw, T * (size_t)K * f, "router") ||
+        !ALLOC(s->moe_work, E ? (size_t)MOE_WORK(T, H, Im) * f : 0, "expert work") ||
+        !ALLOC(s->ple, T * (size_t)LP * f, "per-layer inputs") || !ALLOC(s->ple_tok, T * (size_t)LP * f, "per-layer inputs") ||
+        !ALLOC(s->pg, T * (size_t)c->ple_dim * f, "per-layer inputs") ||
+        !ALLOC(s->logits, T * (size_t)c->vocab * f, "logits") || !ALLOC(s->pos, T * sizeof(int32_t), "positions")) {
         model_scratch_free(s);
         return NULL;
     }
+#undef ALLOC
     return s;
 }
 
 void model_scratch_free(model_scratch *s) {
     if (!s) return;
     free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att);
-    free(s->gate); free(s->up); free(s->logits); free(s->pos);
+    free(s->gate); free(s->up); free(s->ffn); free(s->xn2); free(s->router); free(s->sel); free(s->selw);
+    free(s->moe_work); free(s->ple); free(s->ple_tok); free(s->pg);
+    free(s->logits); free(s->pos);
     free(s);
 }
 
@@ -47,6 +60,157 @@ void model_scratch_free(model_scratch *s) {
 static void add_bias(backend *b, float *y, const float *bias, int T, long n) {
     if (!bias) return;
     for (int t = 0; t < T; t++) b->ops->add(b, y + (long)t * n, bias, n);
+}
+
+/* Per-layer inputs (Gemma 4), from the scaled embedding x [T, H]:
+ * ple [T, L, P] = (norm(proj(x) * H^-1/2) + embed_per_layer(tok) * sqrt(P)) * 2^-1/2 */
+static void per_layer_inputs(model *m, model_scratch *s, const int32_t *tok, int T) {
+    const model_config *c = &m->cfg;
+    backend *b = m->be;
+    const backend_ops *op = b->ops;
+    long LP = (long)c->n_layers * c->ple_dim;
+    op->matmul(b, &m->ple_model_proj, s->x, s->ple, T);
+    op->scale(b, s->ple, T * LP, 1.0f / sqrtf((float)c->hidden));
+    op->rmsnorm(b, s->ple, m->ple_proj_norm, s->ple, T * c->n_layers, c->ple_dim, c->eps, c->norm_plus_one);
+    op->embed(b, &m->ple_embed, tok, T, c->ple_embed_scale, s->ple_tok);
+    op->add(b, s->ple, s->ple_tok, T * LP);
+    op->scale(b, s->ple, T * LP, (float)M_SQRT1_2);
+}
+
+/* Attention block of layer l; x [T, H] += its output.
+ *   h = x (post-norm plans) or norm(x); q = rope(q_norm(Wq h + bq));
+ *   k = rope(k_norm(Wk h + bk)); v = v_norm(Wv h + bv, or the raw k when K equals V);
+ *   o = Wo attn(q, cache) + bo; x += post_norm(o) (sandwich/post plans) or o.
+ * A layer that shares another's cache computes only q and reads that cache. */
+static int attention_block(model *m, kv_cache **caches, model_scratch *s, int l, int T) {
+    const model_config *c = &m->cfg;
+    const layer_plan *p = &m->plan[l];
+    const layer_weights *w = &m->lw[l];
+    backend *b = m->be;
+    const backend_ops *op = b->ops;
+    const long H = c->hidden, qd = (long)p->n_heads * p->head_dim, kd = (long)p->n_kv * p->head_dim;
+    const rope_table *rope = p->rope >= 0 ? &m->ropes[p->rope] : NULL;
+
+    const float *h = s->x;
+    if (p->norm != NORM_POST) {
+        op->rmsnorm(b, s->x, w->attn_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
+        h = s->xn;
+    }
+    op->matmul(b, &w->wq, h, s->q, T);
+    add_bias(b, s->q, w->bq, T, qd);
+    if (p->qk_norm) op->rmsnorm(b, s->q, w->q_norm, s->q, T * p->n_heads, p->head_dim, c->eps, c->norm_plus_one);
+    if (rope) op->rope(b, s->q, T, p->n_heads, p->head_dim, s->pos, rope);
+
+    int src = l;
+    if (p->kv_source >= 0) {
+        src = p->kv_source;   /* its rows for these positions were appended by layer src already */
+    } else {
+        op->matmul(b, &w->wk, h, s->k, T);
+        add_bias(b, s->k, w->bk, T, kd);
+        if (p->k_eq_v) {
+            memcpy(s->v, s->k, (size_t)T * (size_t)kd * sizeof(float)); /* V is k_proj's output before k_norm */
+        } else {
+            op->matmul(b, &w->wv, h, s->v, T);
+            add_bias(b, s->v, w->bv, T, kd);
+        }
+        if (p->qk_norm) op->rmsnorm(b, s->k, w->k_norm, s->k, T * p->n_kv, p->head_dim, c->eps, c->norm_plus_one);
+        if (p->v_norm) op->rmsnorm(b, s->v, NULL, s->v, T * p->n_kv, p->head_dim, c->eps, 0);
+        if (rope) op->rope(b, s->k, T, p->n_kv, p->head_dim, s->pos, rope);
+        if (kv_append(caches[l], s->k, s->v, s->pos, T) != 0) return -1;
+    }
+    attn_kv kv;
+    kv_view(caches[src], &kv);
+    attn_params ap = {p->n_heads, p->n_kv, p->head_dim, p->attn_scale, p->window, p->attn_softcap, w->sinks};
+    op->attention(b, s->q, s->pos, T, &kv, &ap, s->att);
+    op->matmul(b, &w->wo, s->att, s->xn, T);
+    add_bias(b, s->xn, w->bo, T, H);
+    if (w->attn_post_norm) op->rmsnorm(b, s->xn, w->attn_post_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
+    op->add(b, s->x, s->xn, T * H);
+    return 0;
+}
+
+/* Router of layer l on rin [T, H]: logits = W rin (+ bias) -> s->sel, s->selw [T, k]. */
+static void route(model *m, model_scratch *s, int l, const float *rin, int T) {
+    const moe_plan *mp = &m->plan[l].moe;
+    const moe_weights *e = &m->lw[l].moe;
+    backend *b = m->be;
+    b->ops->matmul(b, &e->router, rin, s->router, T);
+    add_bias(b, s->router, e->router_bias, T, mp->n_experts);
+    b->ops->moe_route(b, s->router, T, mp->n_experts, mp->top_k, mp->route, e->expert_scale, s->sel, s->selw);
+}
+
+/* The experts of layer l that route() selected: out [T, H] from xin [T, H]. */
+static void run_experts(model *m, model_scratch *s, int l, const float *xin, float *out, int T) {
+    const moe_plan *mp = &m->plan[l].moe;
+    const moe_weights *e = &m->lw[l].moe;
+    moe_experts me = {
+        .n_experts = mp->n_experts, .top_k = mp->top_k, .inter = mp->inter, .hidden = m->cfg.hidden,
+        .layout = mp->gate_up_layout, .act = (int)mp->act, .alpha = mp->alpha, .limit = mp->limit,
+        .gate_up = e->gate_up, .gate = e->gate, .up = e->up, .down = e->down,
+        .gate_up_bias = e->gate_up_bias, .gate_bias = e->gate_bias, .up_bias = e->up_bias, .down_bias = e->down_bias,
+    };
+    m->be->ops->moe(m->be, &me, xin, s->sel, s->selw, T, out, s->moe_work);
+}
+
+/* Feed-forward block of layer l; x [T, H] += its output.
+ *   h = x (post-norm plans) or norm(x); f = down(act(gate h) * up h) (dense MLP);
+ *   MoE alone (gpt-oss): f = experts(h) routed on h;
+ *   MoE beside the MLP (Gemma 4): f = post1(f) + post2(experts(pre2(x))) routed on
+ *   router_scale * norm(x) * H^-1/2;
+ *   x += post_norm(f) (sandwich/post plans) or f. */
+static void ffn_block(model *m, model_scratch *s, int l, int T) {
+    const model_config *c = &m->cfg;
+    const layer_plan *p = &m->plan[l];
+    const layer_weights *w = &m->lw[l];
+    backend *b = m->be;
+    const backend_ops *op = b->ops;
+    const long H = c->hidden;
+
+    const float *h = s->x;
+    if (p->norm != NORM_POST) {
+        op->rmsnorm(b, s->x, w->mlp_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
+        h = s->xn;
+    }
+    float *f = s->xn;
+    if (p->inter > 0) {
+        op->matmul(b, &w->gate, h, s->gate, T);
+        op->matmul(b, &w->up, h, s->up, T);
+        op->glu(b, s->gate, s->up, (long)T * p->inter, (int)c->act);
+        op->matmul(b, &w->down, s->gate, s->xn, T);
+    }
+    if (p->moe.n_experts > 0) {
+        if (p->moe.beside_mlp) {
+            op->rmsnorm(b, s->x, w->moe.router_scale, s->xn2, T, (int)H, c->eps, 0);
+            op->scale(b, s->xn2, T * H, 1.0f / sqrtf((float)H));
+            route(m, s, l, s->xn2, T);
+            op->rmsnorm(b, s->x, w->moe_pre_norm, s->xn2, T, (int)H, c->eps, c->norm_plus_one);
+            run_experts(m, s, l, s->xn2, s->ffn, T);
+            op->rmsnorm(b, s->xn, w->mlp_post_norm1, s->xn, T, (int)H, c->eps, c->norm_plus_one);
+            op->rmsnorm(b, s->ffn, w->moe_post_norm, s->ffn, T, (int)H, c->eps, c->norm_plus_one);
+            op->add(b, s->xn, s->ffn, T * H);
+        } else {
+            route(m, s, l, h, T);
+            run_experts(m, s, l, h, s->ffn, T);
+            f = s->ffn;
+        }
+    }
+    if (w->mlp_post_norm) op->rmsnorm(b, f, w->mlp_post_norm, f, T, (int)H, c->eps, c->norm_plus_one);
+    op->add(b, s->x, f, T * H);
+}
+
+/* Per-layer input step of layer l (Gemma 4), after the feed-forward residual:
+ * x += post_norm(proj(act(gate x) * ple[:, l])) */
+static void per_layer_input_block(model *m, model_scratch *s, int l, int T) {
+    const model_config *c = &m->cfg;
+    const layer_weights *w = &m->lw[l];
+    backend *b = m->be;
+    const backend_ops *op = b->ops;
+    const long H = c->hidden, P = c->ple_dim, L = c->n_layers;
+    op->matmul(b, &w->ple_gate, s->x, s->pg, T);
+    for (int t = 0; t < T; t++) op->glu(b, s->pg + t * P, s->ple + ((long)t * L + l) * P, P, (int)c->act);
+    op->matmul(b, &w->ple_proj, s->pg, s->xn, T);
+    op->rmsnorm(b, s->xn, w->ple_post_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
+    op->add(b, s->x, s->xn, T * H);
 }
 
 int model_forward(model *m, kv_cache **caches, model_scratch *s, const int32_t *tok, int T, int past, int all) {
@@ -58,62 +222,31 @@ int model_forward(model *m, kv_cache **caches, model_scratch *s, const int32_t *
     for (int t = 0; t < T; t++) {
         if (tok[t] < 0 || tok[t] >= c->vocab)
             return err_set("token id %d at input position %d is out of range (vocab size %d)", tok[t], past + t, c->vocab);
+        if (c->ple_dim > 0 && tok[t] >= c->ple_vocab)
+            return err_set("token id %d at input position %d is out of the per-layer table (%d rows)", tok[t], past + t, c->ple_vocab);
         s->pos[t] = past + t;
     }
 
-    /* x = embed(tok) * embed_scale */
+    /* x = embed(tok) * embed_scale; per-layer inputs read this scaled embedding */
     op->embed(b, &m->embed, tok, T, c->embed_scale, s->x);
+    if (c->ple_dim > 0) per_layer_inputs(m, s, tok, T);
 
     for (int l = 0; l < c->n_layers; l++) {
         const layer_plan *p = &m->plan[l];
-        const layer_weights *w = &m->lw[l];
-        const long qd = (long)p->n_heads * p->head_dim, kd = (long)p->n_kv * p->head_dim;
-
-        /* attention block: x += o(attn(rope(norm_q(q)), rope(norm_k(k)), v)) of norm(x) */
-        op->rmsnorm(b, s->x, w->attn_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
-        op->matmul(b, &w->wq, s->xn, s->q, T);
-        op->matmul(b, &w->wk, s->xn, s->k, T);
-        op->matmul(b, &w->wv, s->xn, s->v, T);
-        add_bias(b, s->q, w->bq, T, qd);
-        add_bias(b, s->k, w->bk, T, kd);
-        add_bias(b, s->v, w->bv, T, kd);
-        if (p->qk_norm) {
-            op->rmsnorm(b, s->q, w->q_norm, s->q, T * p->n_heads, p->head_dim, c->eps, c->norm_plus_one);
-            op->rmsnorm(b, s->k, w->k_norm, s->k, T * p->n_kv, p->head_dim, c->eps, c->norm_plus_one);
-        }
-        if (p->rope >= 0) {
-            op->rope(b, s->q, T, p->n_heads, p->head_dim, s->pos, &m->ropes[p->rope]);
-            op->rope(b, s->k, T, p->n_kv, p->head_dim, s->pos, &m->ropes[p->rope]);
-        }
-        if (kv_append(caches[l], s->k, s->v, s->pos, T) != 0) {
+        if (attention_block(m, caches, s, l, T) != 0) {
             for (int i = 0; i < l; i++) kv_truncate(caches[i], past);
             return err_prefix("layer %d", l);
         }
-        attn_kv kv;
-        kv_view(caches[l], &kv);
-        attn_params ap = {p->n_heads, p->n_kv, p->head_dim, p->attn_scale, p->window, 0.0f, NULL};
-        op->attention(b, s->q, s->pos, T, &kv, &ap, s->att);
-        op->matmul(b, &w->wo, s->att, s->xn, T);
-        add_bias(b, s->xn, w->bo, T, H);
-        op->add(b, s->x, s->xn, T * H);
-
-        /* MLP block: x += down(act(gate(norm(x))) * up(norm(x))) */
-        op->rmsnorm(b, s->x, w->mlp_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
-        op->matmul(b, &w->gate, s->xn, s->gate, T);
-        op->matmul(b, &w->up, s->xn, s->up, T);
-        op->glu(b, s->gate, s->up, (long)T * p->inter, (int)c->act);
-        op->matmul(b, &w->down, s->gate, s->xn, T);
-        op->add(b, s->x, s->xn, T * H);
+        ffn_block(m, s, l, T);
+        if (p->per_layer_input) per_layer_input_block(m, s, l, T);
+        if (p->layer_scalar) op->scale(b, s->x, T * H, m->lw[l].layer_scalar);
     }
 
-    /* logits = lm_head(norm(x)) for every row, or only the last */
+    /* logits = softcap(lm_head(norm(x))) for every row, or only the last */
     const float *xs = all ? s->x : s->x + (long)(T - 1) * H;
     int R = all ? T : 1;
     op->rmsnorm(b, xs, m->final_norm, s->xn, R, (int)H, c->eps, c->norm_plus_one);
     op->matmul(b, &m->lm_head, s->xn, s->logits, R);
-    if (c->final_softcap > 0) {
-        float cap = c->final_softcap;
-        for (long i = 0; i < (long)R * c->vocab; i++) s->logits[i] = cap * tanhf(s->logits[i] / cap);
-    }
+    if (c->final_softcap > 0) op->softcap(b, s->logits, (long)R * c->vocab, c->final_softcap);
     return 0;
 }

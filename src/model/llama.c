@@ -51,5 +51,5 @@ static int describe_qwen3(model *m, const json_t *j, const char *where) {
 static const char *const llama_types[] = {"llama", NULL};
 static const char *const qwen3_types[] = {"qwen3", NULL};
 
-const family_desc family_llama = {"llama", llama_types, describe_llama};
-const family_desc family_qwen3 = {"qwen3", qwen3_types, describe_qwen3};
+const family_desc family_llama = {"llama", llama_types, describe_llama, NULL};
+const family_desc family_qwen3 = {"qwen3", qwen3_types, describe_qwen3, NULL};

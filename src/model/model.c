@@ -1,6 +1,9 @@
 /* model/model.c: opens a checkpoint, finds its family by model_type, lets the
  * family describe the layer plan, and binds every weight the plan names (checking
- * shapes against the config). Owns the checkpoint mapping and the backend. */
+ * shapes against the plan). Which tensors a layer has follows from its switches:
+ * norm placement, q/k/v norms, KV sharing, K-equals-V, biases, sinks, dense MLP,
+ * MoE (named by the family), per-layer inputs, layer scalar. Owns the checkpoint
+ * mapping, the loaded vectors and the backend. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +12,8 @@
 #include "base/json.h"
 #include "model/model.h"
 
-static const family_desc *const families[] = {&family_llama, &family_qwen3};
+static const family_desc *const families[] = {&family_llama, &family_qwen3, &family_gemma3,
+                                              &family_gemma4, &family_gpt_oss, &family_exaone4};
 
 static const family_desc *find_family(const char *type) {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
@@ -26,56 +30,142 @@ static void known_types(char *buf, size_t n) {
             k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", *t);
 }
 
-static int bind(model *m, weight *w, const char *module, int64_t rows, int64_t cols) {
+int model_bind(model *m, weight *w, const char *module, int64_t rows, int64_t cols) {
     if (weight_bind(w, m->ck, &m->quant, module, rows, cols) != 0) return -1;
     m->weight_bytes += w->nbytes;
     m->n_params += rows * cols;
     return 0;
 }
 
-static int vec(model *m, float **out, const char *name, int64_t n) {
+int model_vec(model *m, float **out, const char *name, int64_t n) {
     if (!(*out = vec_load_f32(m->ck, name, n))) return -1;
     m->n_params += n;
     return 0;
+}
+
+static int bind_attention(model *m, int l, char *n, size_t nn) {
+    const model_config *c = &m->cfg;
+    const layer_plan *p = &m->plan[l];
+    layer_weights *w = &m->lw[l];
+    int64_t H = c->hidden, qd = (int64_t)p->n_heads * p->head_dim, kd = (int64_t)p->n_kv * p->head_dim;
+    int own_kv = p->kv_source < 0, has_v = own_kv && !p->k_eq_v;
+#define NAME(fmt) (snprintf(n, nn, "%slayers.%d." fmt, m->prefix, l), n)
+    if (model_bind(m, &w->wq, NAME("self_attn.q_proj"), qd, H) || model_bind(m, &w->wo, NAME("self_attn.o_proj"), H, qd))
+        return -1;
+    if (own_kv && model_bind(m, &w->wk, NAME("self_attn.k_proj"), kd, H)) return -1;
+    if (has_v && model_bind(m, &w->wv, NAME("self_attn.v_proj"), kd, H)) return -1;
+    if (p->qk_norm && model_vec(m, &w->q_norm, NAME("self_attn.q_norm.weight"), p->head_dim)) return -1;
+    if (p->qk_norm && own_kv && model_vec(m, &w->k_norm, NAME("self_attn.k_norm.weight"), p->head_dim)) return -1;
+    if (p->attn_bias) {
+        if (model_vec(m, &w->bq, NAME("self_attn.q_proj.bias"), qd) || model_vec(m, &w->bo, NAME("self_attn.o_proj.bias"), H)) return -1;
+        if (own_kv && model_vec(m, &w->bk, NAME("self_attn.k_proj.bias"), kd)) return -1;
+        if (has_v && model_vec(m, &w->bv, NAME("self_attn.v_proj.bias"), kd)) return -1;
+    }
+    if (p->sinks && model_vec(m, &w->sinks, NAME("self_attn.sinks"), p->n_heads)) return -1;
+    return 0;
+}
+
+static int bind_norms(model *m, int l, char *n, size_t nn) {
+    const layer_plan *p = &m->plan[l];
+    layer_weights *w = &m->lw[l];
+    int64_t H = m->cfg.hidden;
+    switch (p->norm) {
+    case NORM_PRE: /* Llama naming: the pre-MLP norm is called post_attention_layernorm */
+        return model_vec(m, &w->attn_norm, NAME("input_layernorm.weight"), H) ||
+               model_vec(m, &w->mlp_norm, NAME("post_attention_layernorm.weight"), H) ? -1 : 0;
+    case NORM_SANDWICH:
+        return model_vec(m, &w->attn_norm, NAME("input_layernorm.weight"), H) ||
+               model_vec(m, &w->attn_post_norm, NAME("post_attention_layernorm.weight"), H) ||
+               model_vec(m, &w->mlp_norm, NAME("pre_feedforward_layernorm.weight"), H) ||
+               model_vec(m, &w->mlp_post_norm, NAME("post_feedforward_layernorm.weight"), H) ? -1 : 0;
+    case NORM_POST:
+        return model_vec(m, &w->attn_post_norm, NAME("post_attention_layernorm.weight"), H) ||
+               model_vec(m, &w->mlp_post_norm, NAME("post_feedforward_layernorm.weight"), H) ? -1 : 0;
+    }
+    return err_set("layer %d: bad norm placement", l);
 }
 
 static int bind_layer(model *m, int l) {
     const model_config *c = &m->cfg;
     const layer_plan *p = &m->plan[l];
     layer_weights *w = &m->lw[l];
-    int64_t H = c->hidden, qd = (int64_t)p->n_heads * p->head_dim, kd = (int64_t)p->n_kv * p->head_dim;
+    int64_t H = c->hidden;
     char n[256];
-#define NAME(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
-    if (bind(m, &w->wq, NAME("self_attn.q_proj"), qd, H) || bind(m, &w->wk, NAME("self_attn.k_proj"), kd, H) ||
-        bind(m, &w->wv, NAME("self_attn.v_proj"), kd, H) || bind(m, &w->wo, NAME("self_attn.o_proj"), H, qd) ||
-        bind(m, &w->gate, NAME("mlp.gate_proj"), p->inter, H) || bind(m, &w->up, NAME("mlp.up_proj"), p->inter, H) ||
-        bind(m, &w->down, NAME("mlp.down_proj"), H, p->inter) ||
-        vec(m, &w->attn_norm, NAME("input_layernorm.weight"), H) ||
-        vec(m, &w->mlp_norm, NAME("post_attention_layernorm.weight"), H))
+    size_t nn = sizeof n;
+    w->layer_scalar = 1.0f;
+    if (bind_attention(m, l, n, nn) || bind_norms(m, l, n, nn)) return -1;
+    if (p->inter > 0 &&
+        (model_bind(m, &w->gate, NAME("mlp.gate_proj"), p->inter, H) || model_bind(m, &w->up, NAME("mlp.up_proj"), p->inter, H) ||
+         model_bind(m, &w->down, NAME("mlp.down_proj"), H, p->inter)))
         return -1;
-    if (p->qk_norm && (vec(m, &w->q_norm, NAME("self_attn.q_norm.weight"), p->head_dim) ||
-                       vec(m, &w->k_norm, NAME("self_attn.k_norm.weight"), p->head_dim)))
-        return -1;
-    if (p->attn_bias && (vec(m, &w->bq, NAME("self_attn.q_proj.bias"), qd) || vec(m, &w->bk, NAME("self_attn.k_proj.bias"), kd) ||
-                         vec(m, &w->bv, NAME("self_attn.v_proj.bias"), kd) || vec(m, &w->bo, NAME("self_attn.o_proj.bias"), H)))
-        return -1;
+    if (p->moe.n_experts > 0) {
+        if (!m->fam->bind_moe) return err_set("layer %d: the %s family has no experts", l, m->fam->name);
+        if (m->fam->bind_moe(m, l) != 0) return -1;
+    }
+    if (p->per_layer_input) {
+        int64_t P = c->ple_dim;
+        if (model_bind(m, &w->ple_gate, NAME("per_layer_input_gate"), P, H) ||
+            model_bind(m, &w->ple_proj, NAME("per_layer_projection"), H, P) ||
+            model_vec(m, &w->ple_post_norm, NAME("post_per_layer_input_norm.weight"), H))
+            return -1;
+    }
+    if (p->layer_scalar) {
+        float *v;
+        if (model_vec(m, &v, NAME("layer_scalar"), 1)) return -1;
+        w->layer_scalar = v[0];
+        free(v);
+    }
 #undef NAME
     return 0;
 }
 
+/* The widest row any product reads (bounds the backend's per-thread scratch). */
 static int64_t max_cols(const model *m) {
     int64_t mc = m->cfg.hidden;
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        int64_t a = (int64_t)m->plan[l].n_heads * m->plan[l].head_dim;
+        const layer_plan *p = &m->plan[l];
+        int64_t a = (int64_t)p->n_heads * p->head_dim;
         if (a > mc) mc = a;
-        if (m->plan[l].inter > mc) mc = m->plan[l].inter;
+        if (p->inter > mc) mc = p->inter;
+        if (p->moe.inter > mc) mc = p->moe.inter;
     }
+    if (m->cfg.ple_dim > mc) mc = m->cfg.ple_dim;
     return mc;
+}
+
+static int bind_model(model *m) {
+    const model_config *c = &m->cfg;
+    char n[256];
+    snprintf(n, sizeof n, "%sembed_tokens", m->prefix);
+    if (weight_bind(&m->embed, m->ck, &m->quant, n, c->vocab, c->hidden) != 0) return -1;
+    m->n_params += (int64_t)c->vocab * c->hidden;
+    if (c->ple_dim > 0) {
+        int64_t LP = (int64_t)c->n_layers * c->ple_dim;
+        snprintf(n, sizeof n, "%sembed_tokens_per_layer", m->prefix);
+        if (weight_bind(&m->ple_embed, m->ck, &m->quant, n, c->ple_vocab, LP) != 0) return -1;
+        m->n_params += c->ple_vocab * LP;
+        snprintf(n, sizeof n, "%sper_layer_model_projection", m->prefix);
+        if (model_bind(m, &m->ple_model_proj, n, LP, c->hidden) != 0) return -1;
+        snprintf(n, sizeof n, "%sper_layer_projection_norm.weight", m->prefix);
+        if (model_vec(m, &m->ple_proj_norm, n, c->ple_dim) != 0) return -1;
+    }
+    for (int l = 0; l < c->n_layers; l++)
+        if (bind_layer(m, l) != 0) return -1;
+    snprintf(n, sizeof n, "%snorm.weight", m->prefix);
+    if (model_vec(m, &m->final_norm, n, c->hidden) != 0) return -1;
+    if (c->tie) {
+        m->lm_head = m->embed;
+        m->weight_bytes += m->embed.nbytes;
+        return 0;
+    }
+    return model_bind(m, &m->lm_head, m->head_name, c->vocab, c->hidden);
 }
 
 model *model_open(const char *dir, int n_threads) {
     model *m = calloc(1, sizeof *m);
     if (!m) { err_set("out of memory"); return NULL; }
+    snprintf(m->prefix, sizeof m->prefix, "model.");
+    snprintf(m->head_name, sizeof m->head_name, "lm_head");
     if (!(m->ck = ckpt_open(dir))) goto fail;
     const json_t *j = m->ck->config;
     const char *where = m->ck->config_path, *type;
@@ -93,18 +183,7 @@ model *model_open(const char *dir, int n_threads) {
     for (int r = 0; r < m->n_ropes; r++)
         if (rope_table_init(&m->ropes[r], &m->rope_specs[r], m->cfg.head_dim) != 0) { err_prefix("%s", where); goto fail; }
     if (!(m->lw = calloc((size_t)m->cfg.n_layers, sizeof *m->lw))) { err_set("out of memory"); goto fail; }
-    const model_config *c = &m->cfg;
-    if (weight_bind(&m->embed, m->ck, &m->quant, "model.embed_tokens", c->vocab, c->hidden) != 0) goto fail;
-    m->n_params += (int64_t)c->vocab * c->hidden;
-    for (int l = 0; l < c->n_layers; l++)
-        if (bind_layer(m, l) != 0) goto fail;
-    if (vec(m, &m->final_norm, "model.norm.weight", c->hidden) != 0) goto fail;
-    if (c->tie) {
-        m->lm_head = m->embed;
-        m->weight_bytes += m->embed.nbytes;
-    } else if (bind(m, &m->lm_head, "lm_head", c->vocab, c->hidden) != 0) {
-        goto fail;
-    }
+    if (bind_model(m) != 0) goto fail;
     if (!(m->be = backend_cpu_new(n_threads, max_cols(m)))) goto fail;
     return m;
 fail:
@@ -112,18 +191,30 @@ fail:
     return NULL;
 }
 
+static void moe_weights_free(moe_weights *e) {
+    free(e->gate_up); free(e->gate); free(e->up); free(e->down);
+    free(e->gate_up_bias); free(e->gate_bias); free(e->up_bias); free(e->down_bias);
+    free(e->router_bias); free(e->router_scale); free(e->expert_scale);
+    free(e->owned[0]); free(e->owned[1]);
+}
+
 void model_free(model *m) {
     if (!m) return;
     if (m->lw) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             layer_weights *w = &m->lw[l];
-            free(w->attn_norm); free(w->mlp_norm); free(w->q_norm); free(w->k_norm);
-            free(w->bq); free(w->bk); free(w->bv); free(w->bo);
+            free(w->attn_norm); free(w->mlp_norm); free(w->attn_post_norm); free(w->mlp_post_norm);
+            free(w->q_norm); free(w->k_norm);
+            free(w->bq); free(w->bk); free(w->bv); free(w->bo); free(w->sinks);
+            free(w->moe_pre_norm); free(w->mlp_post_norm1); free(w->moe_post_norm);
+            free(w->ple_post_norm);
+            moe_weights_free(&w->moe);
         }
     }
     free(m->lw);
     free(m->plan);
     free(m->final_norm);
+    free(m->ple_proj_norm);
     for (int r = 0; r < MODEL_MAX_ROPES; r++) rope_table_free(&m->ropes[r]);
     backend_free(m->be);
     ckpt_close(m->ck);

@@ -1,6 +1,7 @@
 /* model/model.h: a loaded model: its configuration, the per-layer plan its family
  * description produced, and the weights bound to that plan. Families are
- * descriptions (model/llama.c, ...); model/forward.c executes any plan. */
+ * descriptions (model/llama.c, gemma.c, gpt_oss.c, exaone4.c); model/forward.c
+ * executes any plan, stage by stage, from the feature switches below. */
 #ifndef CELER_MODEL_H
 #define CELER_MODEL_H
 #include <jansson.h>
@@ -11,7 +12,7 @@
 #include "kv/cache.h"
 #include "tensor/weight.h"
 
-typedef enum { ROPE_NONE, ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN } rope_type;
+typedef enum { ROPE_NONE, ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN, ROPE_PROPORTIONAL } rope_type;
 
 /* One RoPE configuration as config.json states it. */
 typedef struct {
@@ -24,27 +25,84 @@ typedef struct {
     double mscale, mscale_all_dim;              /* yarn variants; 0 when absent */
     int truncate;                               /* yarn */
     double partial;                             /* fraction of head_dim rotated */
+    int head_dim;                               /* head dim the table serves; 0: config head_dim */
 } rope_spec;
 
-typedef enum { ACT_SILU = 0, ACT_GELU_TANH = 1 } act_kind;
+/* Gated activations (backend glu ops take the same numbers). */
+typedef enum { ACT_SILU = 0, ACT_GELU_TANH = 1, ACT_SWIGLU_CLAMP = 2 } act_kind;
+
+/* Where a layer's RMSNorms sit around its attention and feed-forward blocks. */
+typedef enum {
+    NORM_PRE,       /* x += f(norm(x))              Llama, Qwen3, gpt-oss */
+    NORM_SANDWICH,  /* x += post_norm(f(pre_norm(x))) Gemma 3/4 */
+    NORM_POST,      /* x += post_norm(f(x))         EXAONE 4 */
+} norm_place;
+
+/* How a router turns its logits into top-k expert weights (see backend moe_route). */
+typedef enum {
+    ROUTE_TOPK_SOFTMAX = 0,   /* top-k of the logits, softmax over those k (gpt-oss) */
+    ROUTE_SOFTMAX_TOPK = 1,   /* softmax over all, top-k, renormalize, per-expert scale (Gemma 4) */
+} route_kind;
+
+/* Mixture-of-experts feed-forward of one layer (n_experts 0: none). */
+typedef struct {
+    int n_experts, top_k, inter;
+    route_kind route;
+    act_kind act;
+    int beside_mlp;      /* Gemma 4: runs beside the dense MLP with its own norms, router on the residual */
+    int gate_up_layout;  /* MOE_GU_*: how gate and up rows are stored */
+    int biases;          /* gpt-oss: router, gate_up and down biases */
+    float alpha, limit;  /* ACT_SWIGLU_CLAMP constants */
+} moe_plan;
 
 /* What one layer does; produced by the family description. */
 typedef struct {
     int n_heads, n_kv, head_dim;
-    int rope;          /* index into model.ropes, -1 for no RoPE */
+    int rope;          /* index into model.ropes, -1 for no RoPE (NoPE layer) */
     int window;        /* 0: full attention; > 0: sliding window of this many keys */
     int qk_norm;       /* RMSNorm over each head of q and k before RoPE */
+    int v_norm;        /* weightless RMSNorm over each head of v (Gemma 4) */
+    int k_eq_v;        /* no v_proj: V is the raw k_proj output (Gemma 4 full layers) */
+    int kv_source;     /* -1: own K/V and cache; else the layer whose cache this one reads */
     int attn_bias;     /* q, k, v, o projections have biases */
-    int inter;         /* MLP width */
+    int sinks;         /* one learned extra softmax logit per head (gpt-oss) */
+    norm_place norm;
+    int inter;         /* dense MLP width; 0: no dense MLP */
+    moe_plan moe;
+    int per_layer_input; /* Gemma 4 per-layer input gate after the feed-forward */
+    int layer_scalar;  /* the stream is multiplied by a learned scalar at the end */
     float attn_scale;
+    float attn_softcap; /* 0: none */
 } layer_plan;
+
+/* The experts of one MoE layer, each a weight slice of the stacked tensors. */
+typedef struct {
+    weight *gate_up;       /* [E] each [2I, H] (rows per gate_up_layout), or NULL */
+    weight *gate, *up;     /* [E] each [I, H] when stored apart, or NULL */
+    weight *down;          /* [E] each [H, I] */
+    float *gate_up_bias;   /* [E, 2I] or NULL */
+    float *gate_bias, *up_bias; /* [E, I] or NULL */
+    float *down_bias;      /* [E, H] or NULL */
+    weight router;         /* [E, H] */
+    float *router_bias;    /* [E] or NULL */
+    float *router_scale;   /* [H] (Gemma 4) or NULL */
+    float *expert_scale;   /* [E] (Gemma 4) or NULL */
+    void *owned[2];        /* transposed copies this model allocated (gpt-oss bf16 layout) */
+} moe_weights;
 
 typedef struct {
     weight wq, wk, wv, wo;          /* [n_heads*hd, H], [n_kv*hd, H], [n_kv*hd, H], [H, n_heads*hd] */
     weight gate, up, down;          /* [I, H], [I, H], [H, I] */
-    float *attn_norm, *mlp_norm;    /* [H] */
+    float *attn_norm, *mlp_norm;    /* [H] pre-norms (NULL where the plan has none) */
+    float *attn_post_norm, *mlp_post_norm; /* [H] post-norms or NULL */
     float *q_norm, *k_norm;         /* [head_dim] or NULL */
     float *bq, *bk, *bv, *bo;       /* biases or NULL */
+    float *sinks;                   /* [n_heads] or NULL */
+    moe_weights moe;
+    float *moe_pre_norm, *mlp_post_norm1, *moe_post_norm; /* [H] Gemma 4 MoE branch norms */
+    weight ple_gate, ple_proj;      /* [P, H], [H, P] per-layer input gate and projection */
+    float *ple_post_norm;           /* [H] */
+    float layer_scalar;             /* 1 when the plan has none */
 } layer_weights;
 
 typedef struct {
@@ -55,6 +113,8 @@ typedef struct {
     act_kind act;
     float embed_scale;       /* 1 for most families */
     float final_softcap;     /* 0: none */
+    int ple_dim, ple_vocab;  /* Gemma 4 per-layer inputs: width P per layer (0: none), table rows */
+    float ple_embed_scale;   /* sqrt(P) in the weight dtype */
     int bos, eos;            /* -1 when unknown */
 } model_config;
 
@@ -65,9 +125,12 @@ typedef struct {
     const char *const *model_types;   /* config.json model_type values it reads */
     /* Reads family-specific keys and fills cfg, the plan and rope specs. */
     int (*describe)(model *m, const json_t *config, const char *where);
+    /* Binds layer l's MoE weights (lw[l].moe and its norms) by the family's names;
+     * NULL for families without experts. */
+    int (*bind_moe)(model *m, int l);
 } family_desc;
 
-#define MODEL_MAX_ROPES 2
+#define MODEL_MAX_ROPES 4
 
 struct model {
     checkpoint *ck;
@@ -81,6 +144,11 @@ struct model {
     int n_ropes;
     weight embed, lm_head;     /* [V, H] each (lm_head aliases embed when tied) */
     float *final_norm;         /* [H] */
+    weight ple_embed;          /* [ple_vocab, L*P] per-layer input table */
+    weight ple_model_proj;     /* [L*P, H] */
+    float *ple_proj_norm;      /* [P] */
+    char prefix[48];           /* weight name prefix of the decoder ("model.", "language_model.model.") */
+    char head_name[48];        /* module of the untied head ("lm_head") */
     quant_cfg quant;
     backend *be;
     size_t weight_bytes;       /* bytes one token's forward reads */
@@ -93,6 +161,21 @@ void model_free(model *m);
 
 /* Shared parsing every family uses: the common keys of config.json (both spellings). */
 int model_parse_common(model *m, const json_t *config, const char *where);
+/* The sliding/full type of every layer: `layer_types` when present, else
+ * `sliding_window_pattern` (integer p: layer i is full iff (i+1) % p == 0; string such
+ * as "LLLG": layer i is sliding iff pattern[i % len] == 'L'), else def_pattern (0: all
+ * full). sliding [n_layers] gets 1 for sliding layers. */
+int model_layer_types(const json_t *config, int n_layers, int def_pattern, int *sliding, const char *where);
+/* The rope parameters object that applies to a layer type ("sliding_attention" or
+ * "full_attention") when rope_parameters is keyed by layer type; the flat object
+ * otherwise; NULL when absent. */
+const json_t *model_rope_params(const json_t *config, const char *layer_type);
+/* Rounds a scalar to the checkpoint's dtype ("dtype" / "torch_dtype": bfloat16,
+ * float16 or float32), as transformers does for Gemma's embedding scales. */
+int model_round_to_dtype(const json_t *config, double v, float *out, const char *where);
+/* Fails naming key when config has it set to something other than null/false/the
+ * listed allowed string values (keys this engine does not implement). */
+int model_reject_key(const json_t *config, const char *key, const char *const *allowed, const char *where);
 /* Reads a RoPE spec from a rope_parameters-style object (or legacy keys of config). */
 int rope_spec_parse(rope_spec *r, const json_t *params, const json_t *config, const char *where);
 /* Fills inv_freq and attn_factor for head_dim from the spec. */
@@ -108,6 +191,15 @@ typedef struct {
     float *k, *v;  /* [max_T, n_kv * hd] */
     float *att;    /* [max_T, n_heads * hd] */
     float *gate, *up; /* [max_T, I] */
+    float *ffn;    /* [max_T, H] feed-forward output (MoE, second branch) */
+    float *xn2;    /* [max_T, H] second normed copy (MoE expert input) */
+    float *router; /* [max_T, E] router logits */
+    int32_t *sel;  /* [max_T, top_k] selected experts */
+    float *selw;   /* [max_T, top_k] their weights */
+    float *moe_work; /* [max_T * (2H + 3I_moe)] expert gather/compute space */
+    float *ple;    /* [max_T, L, P] per-layer inputs */
+    float *ple_tok; /* [max_T, L, P] per-layer token embeddings */
+    float *pg;     /* [max_T, P] per-layer gate */
     float *logits; /* [max_T, V] */
     int32_t *pos;  /* [max_T] */
 } model_scratch;
@@ -120,6 +212,10 @@ void model_scratch_free(model_scratch *s);
  * last only into s->logits. -1 (caches unchanged past what was appended) on error. */
 int model_forward(model *m, kv_cache **caches, model_scratch *s, const int32_t *tok, int T, int past, int all);
 
+/* Weight binding helpers for family code and model.c: "<prefix><name>" tensors. */
+int model_bind(model *m, weight *w, const char *module, int64_t rows, int64_t cols);
+int model_vec(model *m, float **out, const char *name, int64_t n);
+
 /* Families known to the loader. */
-extern const family_desc family_llama, family_qwen3;
+extern const family_desc family_llama, family_qwen3, family_gemma3, family_gemma4, family_gpt_oss, family_exaone4;
 #endif

@@ -1,5 +1,6 @@
 /* model/rope.c: RoPE inverse frequencies and attention factor for each rope type,
- * computed as transformers' modeling_rope_utils does (see docs/models.md). */
+ * computed as transformers' modeling_rope_utils does (see docs/models.md), in
+ * float32 where transformers computes in float32. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -8,7 +9,25 @@
 
 static double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0; }
 
+/* Proportional RoPE (Gemma 4 full layers): the table spans the whole head; the first
+ * int(partial * hd / 2) pairs rotate with theta^(-2i/hd) (denominator hd, not the
+ * rotated width) and the remaining pairs get inv_freq 0, i.e. pass through. */
+static int proportional_init(rope_table *t, const rope_spec *r, int head_dim) {
+    int half = head_dim / 2, na = (int)floor(r->partial * head_dim / 2);
+    if (head_dim < 2 || na < 1) return err_set("rope: proportional rope rotates no channels of head_dim %d", head_dim);
+    t->dim = half * 2;
+    t->attn_factor = r->attn_factor > 0 ? (float)r->attn_factor : 1.0f;
+    if (!(t->inv_freq = malloc((size_t)half * sizeof *t->inv_freq))) return err_set("out of memory");
+    for (int i = 0; i < half; i++) {
+        float expo = (float)(2 * i) / (float)head_dim;
+        t->inv_freq[i] = i < na ? (1.0f / powf((float)r->theta, expo)) / (float)r->factor : 0.0f;
+    }
+    return 0;
+}
+
 int rope_table_init(rope_table *t, const rope_spec *r, int head_dim) {
+    if (r->head_dim > 0) head_dim = r->head_dim;
+    if (r->type == ROPE_PROPORTIONAL) return proportional_init(t, r, head_dim);
     int dim = (int)(head_dim * r->partial);
     dim &= ~1;
     if (dim < 2) return err_set("rope: rotated dimension %d is too small", dim);
@@ -43,6 +62,7 @@ int rope_table_init(rope_table *t, const rope_spec *r, int head_dim) {
         double inv = 1.0 / (double)powf((float)r->theta, expo);
         switch (r->type) {
         case ROPE_NONE:
+        case ROPE_PROPORTIONAL:
         case ROPE_DEFAULT: break;
         case ROPE_LINEAR: inv /= r->factor; break;
         case ROPE_LLAMA3: {
@@ -57,9 +77,14 @@ int rope_table_init(rope_table *t, const rope_spec *r, int head_dim) {
             break;
         }
         case ROPE_YARN: {
-            double ramp = (i - lo) / (hi - lo);
+            /* float32 like transformers: extrapolated 1/p, interpolated 1/(factor p), and a
+             * linear ramp between the correction dims low..high */
+            float p = powf((float)r->theta, expo);
+            float extrap = 1.0f / p, interp = 1.0f / ((float)r->factor * p);
+            float ramp = ((float)i - (float)lo) / (float)(hi - lo);
             ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
-            inv = (inv / r->factor) * ramp + inv * (1 - ramp);
+            float ef = 1.0f - ramp;
+            inv = interp * (1.0f - ef) + extrap * ef;
             break;
         }
         }

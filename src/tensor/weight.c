@@ -1,4 +1,5 @@
-/* tensor/weight.c: binds checkpoint tensors as weights (plain or MLX-quantized),
+/* tensor/weight.c: binds checkpoint tensors as weights (plain, MLX-quantized, MXFP4;
+ * single matrices or per-expert slices of stacked expert tensors),
  * reads the quantization settings of config.json, and dequantizes rows. */
 #include "tensor/weight.h"
 
@@ -157,6 +158,134 @@ int weight_bind(weight *w, const checkpoint *c, const quant_cfg *q, const char *
     return 0;
 }
 
+static int want_nd(const checkpoint *c, const st_tensor *t, const char *name, int nd, const int64_t *shape, const char *want_dt) {
+    int ok = t->ndim == nd;
+    for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == shape[i];
+    if (ok) return 0;
+    char want[128], got[128];
+    size_t k = (size_t)snprintf(want, sizeof want, "%s [", want_dt);
+    for (int i = 0; i < nd && k < sizeof want; i++)
+        k += (size_t)snprintf(want + k, sizeof want - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (k < sizeof want) snprintf(want + k, sizeof want - k, "]");
+    shape_str(t, got, sizeof got);
+    return err_set("%s: %s: want %s, got %s", ckpt_where(c, name), name, want, got);
+}
+
+static int is_float_dtype(st_dtype d, weight_fmt *f) {
+    switch (d) {
+    case ST_F32: *f = WF_F32; return 1;
+    case ST_F16: *f = WF_F16; return 1;
+    case ST_BF16: *f = WF_BF16; return 1;
+    default: return 0;
+    }
+}
+
+/* Quantized slices point at packed u32 words; a misaligned tensor cannot be read so. */
+static int check_aligned(const checkpoint *c, const st_tensor *t, const char *name) {
+    if (((uintptr_t)t->data & 3) == 0) return 0;
+    return err_set("%s: %s: packed data is not 4-byte aligned in the file", ckpt_where(c, name), name);
+}
+
+int weight_bind_experts(weight *w, const checkpoint *c, const quant_cfg *q, const char *name, int n,
+                        int64_t rows, int64_t cols, int in_major, void **owned) {
+    char nb[512], ns[512], nw[512], nbi[512];
+    *owned = NULL;
+    memset(w, 0, (size_t)n * sizeof *w);
+    for (int e = 0; e < n; e++) w[e].rows = rows, w[e].cols = cols;
+    const st_tensor *t = ckpt_find(c, name);
+    weight_fmt f;
+    if (t) {
+        /* transformers: one float tensor [n, rows, cols], or [n, cols, rows] (in_major) */
+        if (!is_float_dtype(t->dtype, &f))
+            return err_set("%s: %s: dtype %s is not a float weight (want BF16, F16 or F32)", ckpt_where(c, name), name, st_dtype_name(t->dtype));
+        int64_t want[3] = {n, in_major ? cols : rows, in_major ? rows : cols};
+        if (want_nd(c, t, name, 3, want, st_dtype_name(t->dtype)) != 0) return -1;
+        size_t es = st_dtype_size(t->dtype), per = (size_t)(rows * cols) * es;
+        const char *base = t->data;
+        if (in_major) {
+            /* transpose each expert's [cols, rows] into [rows, cols] so every product
+             * runs over contiguous rows; paid once at load */
+            char *dst = malloc((size_t)n * per);
+            if (!dst) return err_set("out of memory transposing %s", name);
+            for (int e = 0; e < n; e++)
+                for (int64_t i = 0; i < cols; i++)
+                    for (int64_t r = 0; r < rows; r++)
+                        memcpy(dst + e * per + (size_t)(r * cols + i) * es, base + e * per + (size_t)(i * rows + r) * es, es);
+            *owned = dst;
+            base = dst;
+        }
+        for (int e = 0; e < n; e++) w[e].fmt = f, w[e].data = base + e * per, w[e].nbytes = per;
+        return 0;
+    }
+    snprintf(nb, sizeof nb, "%s_blocks", name);
+    snprintf(ns, sizeof ns, "%s_scales", name);
+    const st_tensor *bl = ckpt_find(c, nb), *sc = ckpt_find(c, ns);
+    if (bl || sc) {
+        /* original gpt-oss MXFP4: codes [n, rows, cols/32, 16] bytes, 2 per byte, low nibble first */
+        if (!bl || !sc) return err_set("%s: MXFP4 experts need both %s and %s", c->dir, nb, ns);
+        if (cols % 32) return err_set("%s: %s: in-dimension %lld is not a multiple of 32", ckpt_where(c, nb), nb, (long long)cols);
+        int64_t wb[4] = {n, rows, cols / 32, 16}, ws[3] = {n, rows, cols / 32};
+        if (bl->dtype != ST_U8) return err_set("%s: %s: want U8 blocks, got %s", ckpt_where(c, nb), nb, st_dtype_name(bl->dtype));
+        if (sc->dtype != ST_U8) return err_set("%s: %s: want U8 (e8m0) scales, got %s", ckpt_where(c, ns), ns, st_dtype_name(sc->dtype));
+        if (want_nd(c, bl, nb, 4, wb, "U8") || want_nd(c, sc, ns, 3, ws, "U8") || check_aligned(c, bl, nb)) return -1;
+        size_t pb = (size_t)(rows * cols / 2), ps = (size_t)(rows * cols / 32);
+        for (int e = 0; e < n; e++) {
+            w[e].fmt = WF_MXFP4, w[e].bits = 4, w[e].group = 32;
+            w[e].data = (const char *)bl->data + e * pb;
+            w[e].scales = (const char *)sc->data + e * ps;
+            w[e].nbytes = pb + ps;
+        }
+        return 0;
+    }
+    snprintf(nw, sizeof nw, "%s.weight", name);
+    snprintf(ns, sizeof ns, "%s.scales", name);
+    snprintf(nbi, sizeof nbi, "%s.biases", name);
+    if (!(t = ckpt_find(c, nw)))
+        return err_set("%s: missing expert weights \"%s\" (looked for %s, %s_blocks and %s)", c->dir, name, name, name, nw);
+    if (!(sc = ckpt_find(c, ns))) {
+        if (!is_float_dtype(t->dtype, &f))
+            return err_set("%s: %s: dtype %s is not a float weight and there is no %s", ckpt_where(c, nw), nw, st_dtype_name(t->dtype), ns);
+        int64_t want[3] = {n, rows, cols};
+        if (want_nd(c, t, nw, 3, want, st_dtype_name(t->dtype)) != 0) return -1;
+        size_t per = (size_t)(rows * cols) * st_dtype_size(t->dtype);
+        for (int e = 0; e < n; e++) w[e].fmt = f, w[e].data = (const char *)t->data + e * per, w[e].nbytes = per;
+        return 0;
+    }
+    /* mlx-community: packed u32 codes [n, rows, cols*bits/32] with per-group scales */
+    quant_spec s;
+    if (quant_cfg_lookup(q, name, &s) != 0) return -1;
+    if (s.mode == QM_NONE)
+        return err_set("%s: %s exists but config.json has no quantization for \"%s\"", ckpt_where(c, ns), ns, name);
+    if (quant_spec_check(&s, name) != 0) return err_prefix("%s", q->where);
+    if ((cols * s.bits) % 32 != 0 || cols % s.group != 0)
+        return err_set("%s: %s: in-dimension %lld is not a multiple of group_size %d and of 32/bits", ckpt_where(c, nw), nw, (long long)cols, s.group);
+    if (t->dtype != ST_U32 && t->dtype != ST_I32)
+        return err_set("%s: %s: packed quantized weight must be U32 or I32, got %s", ckpt_where(c, nw), nw, st_dtype_name(t->dtype));
+    int64_t wq[3] = {n, rows, cols * s.bits / 32}, wsc[3] = {n, rows, cols / s.group};
+    if (want_nd(c, t, nw, 3, wq, "U32") || check_aligned(c, t, nw)) return -1;
+    const st_tensor *bi = NULL;
+    scale_type stype = SC_BF16;
+    if (s.mode == QM_MXFP4) {
+        if (sc->dtype != ST_U8) return err_set("%s: %s: mxfp4 scales must be U8 (e8m0), got %s", ckpt_where(c, ns), ns, st_dtype_name(sc->dtype));
+        if (want_nd(c, sc, ns, 3, wsc, "U8")) return -1;
+    } else {
+        if (!(bi = ckpt_find(c, nbi))) return err_set("%s: missing \"%s\" (affine quantization needs scales and biases)", c->dir, nbi);
+        if (scale_dtype(c, sc, ns, &stype) || want_nd(c, sc, ns, 3, wsc, st_dtype_name(sc->dtype))) return -1;
+        if (bi->dtype != sc->dtype) return err_set("%s: %s has dtype %s but %s has %s", ckpt_where(c, nbi), nbi, st_dtype_name(bi->dtype), ns, st_dtype_name(sc->dtype));
+        if (want_nd(c, bi, nbi, 3, wsc, st_dtype_name(bi->dtype))) return -1;
+    }
+    size_t pq = (size_t)(rows * cols * s.bits / 8), pg = (size_t)(rows * (cols / s.group)) * st_dtype_size(sc->dtype);
+    for (int e = 0; e < n; e++) {
+        w[e].fmt = s.mode == QM_MXFP4 ? WF_MXFP4 : WF_AFFINE;
+        w[e].bits = s.bits, w[e].group = s.group, w[e].stype = stype;
+        w[e].data = (const char *)t->data + e * pq;
+        w[e].scales = (const char *)sc->data + e * pg;
+        w[e].biases = bi ? (const char *)bi->data + e * pg : NULL;
+        w[e].nbytes = pq + pg * (bi ? 2 : 1);
+    }
+    return 0;
+}
+
 uint32_t affine_code(const uint32_t *row, int bits, int64_t j) {
     int64_t bit = j * bits;
     int64_t wi = bit >> 5;
@@ -231,6 +360,27 @@ float *vec_load_f32(const checkpoint *c, const char *name, int64_t n) {
         err_set("%s: %s: want [%lld], got %s", ckpt_where(c, name), name, (long long)n, got);
         return NULL;
     }
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v) { err_set("out of memory loading %s", name); return NULL; }
+    for (int64_t i = 0; i < n; i++) {
+        switch (t->dtype) {
+        case ST_F32: v[i] = ((const float *)t->data)[i]; break;
+        case ST_BF16: v[i] = bf16_to_f32(((const uint16_t *)t->data)[i]); break;
+        case ST_F16: v[i] = f16_to_f32(((const uint16_t *)t->data)[i]); break;
+        default:
+            free(v);
+            err_set("%s: %s: dtype %s is not a float type", ckpt_where(c, name), name, st_dtype_name(t->dtype));
+            return NULL;
+        }
+    }
+    return v;
+}
+
+float *tensor_load_f32(const checkpoint *c, const char *name, int ndim, const int64_t *shape) {
+    const st_tensor *t = ckpt_find(c, name);
+    if (!t) { err_set("%s: missing weight \"%s\"", c->dir, name); return NULL; }
+    if (want_nd(c, t, name, ndim, shape, st_dtype_name(t->dtype)) != 0) return NULL;
+    int64_t n = st_numel(t);
     float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
     if (!v) { err_set("out of memory loading %s", name); return NULL; }
     for (int64_t i = 0; i < n; i++) {

@@ -55,12 +55,27 @@ int quant_spec_check(const quant_spec *s, const char *module);
  * with logical shape [rows, cols]; errors say want versus got. */
 int weight_bind(weight *w, const checkpoint *c, const quant_cfg *q, const char *module,
                 int64_t rows, int64_t cols);
+/* Binds the n experts of a stacked expert tensor as n weights [rows, cols] each,
+ * pointing into the mapping (one slice per expert). Accepted spellings of `name`:
+ *   name                       F32/F16/BF16 [n, rows, cols] (transformers); with
+ *                              in_major the stored layout is [n, cols, rows] and a
+ *                              transposed copy is made into *owned (caller frees);
+ *   name_blocks, name_scales   U8 [n, rows, cols/32, 16] e2m1 codes and U8 [n, rows,
+ *                              cols/32] e8m0 scales (original gpt-oss MXFP4);
+ *   name.weight (.scales, .biases)  mlx-community per-expert stacks, plain or in the
+ *                              quantization config.json gives that module (affine, mxfp4).
+ * Errors name the tensor with want versus got. *owned is NULL unless a copy was made. */
+int weight_bind_experts(weight *w, const checkpoint *c, const quant_cfg *q, const char *name, int n,
+                        int64_t rows, int64_t cols, int in_major, void **owned);
 /* Dequantizes row r into out [cols] (float32). */
 void weight_row_f32(const weight *w, int64_t r, float *out);
 /* The affine code j of a packed row (exposed for tests). */
 uint32_t affine_code(const uint32_t *row, int bits, int64_t j);
 const char *weight_fmt_name(const weight *w, char *buf, size_t n);
 
+/* Loads a float tensor of the given shape [ndim] into a new float32 array (row-major);
+ * NULL with want versus got when it is missing or shaped otherwise. */
+float *tensor_load_f32(const checkpoint *c, const char *name, int ndim, const int64_t *shape);
 /* Loads a 1-D tensor of n elements (any float dtype) into a new float32 array. */
 float *vec_load_f32(const checkpoint *c, const char *name, int64_t n);
 #endif

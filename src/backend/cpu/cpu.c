@@ -1,6 +1,8 @@
 /* backend/cpu/cpu.c: the CPU backend's op table, its construction, and the
- * element-wise ops (norms, RoPE, gated activations, residual adds, embedding rows). */
+ * element-wise ops (norms, RoPE, gated activations, scales, softcaps, residual adds,
+ * embedding rows). Mixture-of-experts ops live in moe.c. */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/ops.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -60,6 +62,17 @@ static void cpu_glu(backend *b, float *g, const float *u, long n, int act) {
     }
 }
 
+static void cpu_scale(backend *b, float *x, long n, float s) {
+    (void)b;
+    for (long i = 0; i < n; i++) x[i] *= s;
+}
+
+static void cpu_softcap(backend *b, float *x, long n, float cap) {
+    (void)b;
+    /* divide then multiply, as transformers does, rather than scaling by 1/cap */
+    for (long i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
+
 static void cpu_add(backend *b, float *y, const float *x, long n) {
     (void)b;
     for (long i = 0; i < n; i++) y[i] += x[i];
@@ -82,6 +95,10 @@ static const backend_ops cpu_ops = {
     .rope = cpu_rope,
     .attention = cpu_attention,
     .glu = cpu_glu,
+    .scale = cpu_scale,
+    .softcap = cpu_softcap,
+    .moe_route = cpu_moe_route,
+    .moe = cpu_moe,
     .add = cpu_add,
     .embed = cpu_embed,
 };
