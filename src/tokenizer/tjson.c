@@ -165,6 +165,7 @@ static int tj_number(tj_parser *ps, tj_val *out) {
     out->type = TJ_NUM;
     if (digits <= 18 && (p >= ps->end || (*p != '.' && *p != 'e' && *p != 'E'))) {
         out->u.num = (double)(neg ? -v : v);
+        out->n = 0;
         ps->p = p;
         return 0;
     }
@@ -172,6 +173,7 @@ static int tj_number(tj_parser *ps, tj_val *out) {
     char *e;
     out->u.num = strtod(s, &e);
     if (e == s) return tj_fail(ps, s, "bad number");
+    out->n = memchr(s, '.', (size_t)(e - s)) || memchr(s, 'e', (size_t)(e - s)) || memchr(s, 'E', (size_t)(e - s));
     ps->p = e;
     return 0;
 }

@@ -14,7 +14,7 @@ typedef enum { TJ_NULL, TJ_FALSE, TJ_TRUE, TJ_NUM, TJ_STR, TJ_ARR, TJ_OBJ } tj_t
 typedef struct tj_val tj_val;
 struct tj_val {
     uint32_t type;          /* tj_type */
-    uint32_t n;             /* TJ_STR: byte length; TJ_ARR: items; TJ_OBJ: pairs */
+    uint32_t n;             /* TJ_STR: byte length; TJ_ARR: items; TJ_OBJ: pairs; TJ_NUM: 1 if written as a float */
     union {
         const char *s;      /* TJ_STR: NUL-terminated (may also contain NULs) */
         double num;         /* TJ_NUM */

@@ -527,3 +527,63 @@ char *celer_detokenize(const celer_tokenizer *t, const int32_t *ids, size_t n, i
     if (len) *len = out.n;
     return r;
 }
+
+/* ---- chat templates */
+char *tk_jinja_render(const char *tmpl, size_t tmpl_len, const char *where, const tj_val *vars, const char *const *extra,
+                      const tj_val *extra_json_name_vals[], size_t *out_len);
+
+static void json_escape(tk_buf *b, const char *s) {
+    tkb_putc(b, '"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') { tkb_putc(b, '\\'); tkb_putc(b, (char)ch); }
+        else if (ch < 0x20) {
+            char e[8];
+            snprintf(e, sizeof e, "\\u%04x", ch);
+            tkb_put(b, e, 6);
+        } else tkb_putc(b, (char)ch);
+    }
+    tkb_putc(b, '"');
+}
+
+char *celer_chat_render(const celer_tokenizer *t, const char *messages_json, const char *tools_json,
+                        int add_generation_prompt) {
+    if (!t->chat_template) {
+        err_set("%s: the tokenizer has no chat template (no chat_template.jinja, no \"chat_template\" in "
+                "tokenizer_config.json)", t->path);
+        return NULL;
+    }
+    if (!messages_json) { err_set("chat template: no messages"); return NULL; }
+    /* check each input alone first so that errors name it */
+    tj_doc *m = tj_parse(messages_json, strlen(messages_json), "messages");
+    if (!m) return NULL;
+    int ok = tj_root(m)->type == TJ_ARR;
+    tj_free(m);
+    if (!ok) { err_set("messages: want a JSON array of {\"role\": ..., \"content\": ...}"); return NULL; }
+    if (tools_json) {
+        tj_doc *tl = tj_parse(tools_json, strlen(tools_json), "tools");
+        if (!tl) return NULL;
+        ok = tj_root(tl)->type == TJ_ARR || tj_root(tl)->type == TJ_NULL;
+        tj_free(tl);
+        if (!ok) { err_set("tools: want a JSON array"); return NULL; }
+    }
+    tk_buf v = {0};
+    tkb_put(&v, "{\"messages\": ", sizeof "{\"messages\": " - 1);
+    tkb_put(&v, messages_json, strlen(messages_json));
+    tkb_put(&v, ", \"tools\": ", sizeof ", \"tools\": " - 1);
+    if (tools_json) tkb_put(&v, tools_json, strlen(tools_json));
+    else tkb_put(&v, "null", sizeof "null" - 1);
+    tkb_put(&v, ", \"documents\": null, \"add_generation_prompt\": ", sizeof ", \"documents\": null, \"add_generation_prompt\": " - 1);
+    if (add_generation_prompt) tkb_put(&v, "true", sizeof "true" - 1);
+    else tkb_put(&v, "false", sizeof "false" - 1);
+    if (t->bos_token) { tkb_put(&v, ", \"bos_token\": ", sizeof ", \"bos_token\": " - 1); json_escape(&v, t->bos_token); }
+    if (t->eos_token) { tkb_put(&v, ", \"eos_token\": ", sizeof ", \"eos_token\": " - 1); json_escape(&v, t->eos_token); }
+    tkb_putc(&v, '}');
+    if (v.oom) { tkb_free(&v); err_set("out of memory"); return NULL; }
+    tj_doc *d = tj_parse(v.p, v.n, "template variables");
+    tkb_free(&v);
+    if (!d) return NULL;
+    char *r = tk_jinja_render(t->chat_template, strlen(t->chat_template), t->tmpl_where, tj_root(d), NULL, NULL, NULL);
+    tj_free(d);
+    return r;
+}
