@@ -17,6 +17,10 @@ endif
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -pthread -Iinclude -Isrc $(SANFLAGS) $(EXTRA_CFLAGS)
 LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lm -pthread
 
+# CUDA is built where nvcc exists (CI compiles it; `make test-cuda` runs it on a GPU).
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+
 LIB_SRC := $(sort $(wildcard src/base/*.c src/io/*.c src/tensor/*.c src/backend/*.c src/backend/cpu/*.c \
                              src/kv/*.c src/model/*.c src/engine/*.c src/tokenizer/*.c src/api/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
@@ -56,7 +60,7 @@ FIXTURES   := $(FIXTURE_XZ:.xz=)
 $(FIXTURES): %: %.xz
 	xz -dkc $< > $@.tmp && mv $@.tmp $@
 
-tests: $(TESTS) $(B)/celer $(FIXTURES)
+tests: $(TESTS) $(B)/celer $(FIXTURES) $(if $(and $(NVCC),$(filter 0,$(SAN))),cuda)
 
 test: deps
 	@$(MAKE) --no-print-directory tests SAN=$(SAN) BUILD=$(BUILD)
@@ -72,3 +76,32 @@ clean:
 
 .PHONY: all deps tests test run clean
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+
+# ---- CUDA (built where nvcc exists; `make test-cuda` runs on a machine with a GPU) ----
+NVFLAGS := -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
+           -Iinclude -Isrc -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
+CUDA_SRC := $(sort $(wildcard src/backend/cuda/*.cu))
+CUDA_OBJ := $(CUDA_SRC:%.cu=$(B)/obj/%.o)
+# Static jansson/pcre2/utf8proc so the GPU machine, which lacks them, can run these binaries.
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++ \
+               -Wl,-Bstatic -ljansson -lpcre2-8 -lutf8proc -Wl,-Bdynamic -lm -pthread
+
+$(B)/obj/%.o: %.cu $(wildcard src/backend/cuda/*.cuh src/backend/cuda/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(B)/libceler_cuda.a: $(CUDA_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/tests/cuda/test_cuda_kernels: tests/cuda/test_cuda_kernels.c $(B)/libceler_cuda.a $(B)/libceler.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests -o $@ $< $(B)/libceler_cuda.a $(B)/libceler.a $(CUDA_LDLIBS)
+
+cuda: $(B)/tests/cuda/test_cuda_kernels
+
+# On the GPU machine: kernel tests, then the kernel benchmark.
+test-cuda: cuda
+	$(B)/tests/cuda/test_cuda_kernels --bench
+
+.PHONY: cuda test-cuda

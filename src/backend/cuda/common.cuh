@@ -1,0 +1,61 @@
+/* backend/cuda/common.cuh: helpers shared by the CUDA kernel files: error checks,
+ * warp reductions, bf16/f16 loads. */
+#ifndef CELER_CUDA_COMMON_CUH
+#define CELER_CUDA_COMMON_CUH
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "base/err.h"
+}
+
+/* After a launch: the launch error, if any, as an err_set message naming the kernel. */
+static inline int cuk_check(const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return err_set("cuda %s: %s", what, cudaGetErrorString(e));
+    return 0;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float bf16f(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+/* the two bf16 halves of a 32-bit word */
+__device__ __forceinline__ float bf16lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+__device__ __forceinline__ float f16f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+/* Round to nearest even, as the CPU side does. */
+__device__ __forceinline__ uint16_t f2bf16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+__device__ __forceinline__ float scale_load(const void *p, int stype, int64_t i) {
+    if (stype == 0) return bf16f(((const uint16_t *)p)[i]);
+    if (stype == 1) return f16f(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* A 16-byte load that bypasses L1 allocation hints: weights are read once. */
+__device__ __forceinline__ uint4 ld_stream(const void *p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+#endif

@@ -1,0 +1,61 @@
+/* backend/cuda/cuda_kernels.h: C entry points of the CUDA kernels. Every pointer is
+ * device memory; weights are `weight` structs whose data/scales/biases point to device
+ * copies laid out exactly as in the checkpoint (bf16 as stored, MLX affine packed codes
+ * with their scales and biases). Activations are float32. Each launcher enqueues on
+ * `stream` and returns 0, or -1 with err_set naming the kernel and the CUDA error. */
+#ifndef CELER_CUDA_KERNELS_H
+#define CELER_CUDA_KERNELS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "tensor/weight.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CUstream_st *cuk_stream;
+
+/* Batch sizes up to CUK_MV_MAX_T use the matrix-vector kernels; larger ones GEMM. */
+#define CUK_MV_MAX_T 8
+
+/* W [rows, cols] @ x [T, cols] -> y [T, rows], T <= CUK_MV_MAX_T (bf16, f16, f32, affine 4/8-bit).
+ * Quantized weights multiply int8-quantized activations (per 32 or 16 values, with
+ * exact float sums for the bias term) on dp4a; work holds cuk_matvec_work() bytes. */
+int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, cuk_stream s);
+size_t cuk_matvec_work(int T, int64_t cols);
+/* Whether cuk_matvec has a kernel for this weight. */
+int cuk_matvec_supports(const weight *w);
+/* Dequantizes/converts rows [r0, r0 + n) of w into bf16 dst [n, cols]. */
+int cuk_weight_to_bf16(const weight *w, int64_t r0, int64_t n, uint16_t *dst, cuk_stream s);
+/* Prefill products through cuBLAS on the tensor cores: x is rounded to bf16 into
+ * xbf [T, cols]; non-bf16 weights are converted to bf16 in chunks of wbf_rows rows
+ * into wbf [wbf_rows, cols]. handle is a cublasHandle_t bound to the stream. */
+int cuk_gemm(void *cublas, const weight *w, const float *x, float *y, int T, uint16_t *xbf, uint16_t *wbf,
+             int64_t wbf_rows, cuk_stream s);
+/* dst [n] = bf16(src [n]) */
+int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);
+/* y [T, n] = x * rsqrt(mean(x^2) + eps) * (w | 1 + w | 1) */
+int cuk_rmsnorm(const float *x, const float *w, float *y, int T, int n, float eps, int plus_one, cuk_stream s);
+/* x [T, n_heads, head_dim] rotated in place; pos [T] and inv_freq [dim/2] on the device */
+int cuk_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const float *inv_freq, int dim,
+             float attn_factor, cuk_stream s);
+/* g [n] = act(g) * u  (act 0: silu, 1: gelu_tanh) */
+int cuk_glu(float *g, const float *u, long n, int act, cuk_stream s);
+/* y [n] += x */
+int cuk_add(float *y, const float *x, long n, cuk_stream s);
+/* x [T, cols] = rows tok [T] of w, times scale */
+int cuk_embed(const weight *w, const int32_t *tok, int T, float scale, float *x, cuk_stream s);
+/* Causal GQA attention over kv (device pointers), as the CPU backend computes it,
+ * split over the key range; work holds cuk_attention_work(...) floats. */
+int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p, float *out,
+                  float *work, cuk_stream s);
+size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys);
+/* out [1] = argmax of x [n] (lowest index on ties) */
+int cuk_argmax(const float *x, int n, int32_t *out, cuk_stream s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

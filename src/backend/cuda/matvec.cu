@@ -1,0 +1,282 @@
+/* backend/cuda/matvec.cu: decode matrix-vector products (batch T <= CUK_MV_MAX_T):
+ * one warp per output row streams the row with 16-byte loads, two in flight per lane,
+ * and keeps T accumulators; x is read through L1, where every warp of a block finds it.
+ * Formats: bf16, f16, f32 and MLX affine 4- and 8-bit (groups 32/64/128). */
+#include <cuda_fp16.h>
+#include <stdlib.h>
+
+#include "backend/cuda/common.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_kernels.h"
+}
+
+#define MV_WARPS 8 /* rows per block */
+
+__device__ __forceinline__ void unpack_bf16(const uint4 v, float (&w)[8]) {
+    w[0] = bf16lo(v.x); w[1] = bf16hi(v.x); w[2] = bf16lo(v.y); w[3] = bf16hi(v.y);
+    w[4] = bf16lo(v.z); w[5] = bf16hi(v.z); w[6] = bf16lo(v.w); w[7] = bf16hi(v.w);
+}
+
+__device__ __forceinline__ void unpack_f16(const uint4 v, float (&w)[8]) {
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(*(const __half2 *)&u[i]);
+        w[2 * i] = f.x;
+        w[2 * i + 1] = f.y;
+    }
+}
+
+/* 16-bit weights (bf16 or f16): cols % 8 == 0 and 16-byte aligned rows. A warp takes
+ * R rows so that each x value it loads serves R rows (x traffic through L1 / R). */
+template <int T, int R, bool BF>
+__global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_16(const uint16_t *__restrict__ W, const float *__restrict__ x,
+                                                            float *__restrict__ y, int rows, long cols) {
+    const int lane = threadIdx.x & 31, row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
+    if (row0 >= rows) return;
+    const uint16_t *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wr[r] = W + (long)min(row0 + r, rows - 1) * cols;
+    float acc[R][T];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) acc[r][t] = 0.f;
+    for (long j = (long)lane * 8; j < cols; j += 256) {
+        uint4 v[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) v[r] = ld_stream(wr[r] + j);
+        float xv[T][8];
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float4 a = __ldg((const float4 *)(x + t * cols + j)), b = __ldg((const float4 *)(x + t * cols + j + 4));
+            xv[t][0] = a.x; xv[t][1] = a.y; xv[t][2] = a.z; xv[t][3] = a.w;
+            xv[t][4] = b.x; xv[t][5] = b.y; xv[t][6] = b.z; xv[t][7] = b.w;
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float w[8];
+            if (BF) unpack_bf16(v[r], w); else unpack_f16(v[r], w);
+#pragma unroll
+            for (int t = 0; t < T; t++)
+#pragma unroll
+                for (int k = 0; k < 8; k++) acc[r][t] += w[k] * xv[t][k];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float sum = warp_sum(acc[r][t]);
+            if (lane == 0 && row0 + r < rows) y[(long)t * rows + row0 + r] = sum;
+        }
+}
+
+/* f32 weights (rare: small checkpoints) */
+template <int T>
+__global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_f32(const float *__restrict__ W, const float *__restrict__ x,
+                                                             float *__restrict__ y, int rows, long cols) {
+    const int lane = threadIdx.x & 31, row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    float acc[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) acc[t] = 0.f;
+    for (long j = lane; j < cols; j += 32) {
+        const float w = W[(long)row * cols + j];
+#pragma unroll
+        for (int t = 0; t < T; t++) acc[t] += w * x[t * cols + j];
+    }
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        const float s = warp_sum(acc[t]);
+        if (lane == 0) y[(long)t * rows + row] = s;
+    }
+}
+
+/* x [T, cols] -> per block of QB values (QB = the codes one lane reads: 32 at 4 bits,
+ * 16 at 8): int8 codes xq, scale xd = max|x| / 127 and the exact float sum xs. For 4-bit
+ * weights each 8 values are stored even-indexed first, matching the nibble order that
+ * (w & 0x0f0f0f0f) and (w >> 4 & 0x0f0f0f0f) produce. One warp per 32 values. */
+template <int QB, bool PERM>
+__global__ void kernel_quant_x(const float *__restrict__ x, long n, int8_t *__restrict__ xq, float *__restrict__ xd,
+                               float *__restrict__ xs) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return; /* n is a multiple of 32, so whole warps leave together */
+    const float v = x[i];
+    float amax = fabsf(v), sum = v;
+#pragma unroll
+    for (int o = QB / 2; o > 0; o >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    const float d = amax / 127.f;
+    const int q = d > 0.f ? __float2int_rn(v / d) : 0;
+    long pos = i;
+    if (PERM) {
+        const int k = (int)(i & 7);
+        pos = (i & ~7L) + ((k & 1) ? 4 + (k >> 1) : (k >> 1));
+    }
+    xq[pos] = (int8_t)q;
+    if ((i & (QB - 1)) == 0) {
+        xd[i / QB] = d;
+        xs[i / QB] = sum;
+    }
+}
+
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) { /* unsigned a bytes . signed b bytes */
+    int r;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+/* MLX affine, BITS 4 or 8: over each lane's QB codes, dot(w, x) = scale * xd * sum(code * xq)
+ * + bias * xs, the integer sum on dp4a. R rows per warp share the x loads. */
+template <int T, int R, int BITS>
+__global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_affine(const uint32_t *__restrict__ W, const void *__restrict__ S,
+                                                                const void *__restrict__ B, int stype, int gs,
+                                                                const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                                                                const float *__restrict__ xs, float *__restrict__ y,
+                                                                int rows, long cols) {
+    constexpr int QB = 128 / BITS; /* codes per 16-byte load */
+    const int lane = threadIdx.x & 31, row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
+    if (row0 >= rows) return;
+    const long wpr = cols * BITS / 32, ng = cols / gs, nb = cols / QB;
+    float acc[R][T];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) acc[r][t] = 0.f;
+    for (long c0 = (long)lane * QB; c0 < cols; c0 += 32L * QB) {
+        const long b = c0 / QB;
+        uint4 xv[T], xv2[T]; /* 4-bit: 32 codes need 32 bytes of x; 8-bit: 16 */
+        float d[T], sx[T];
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            xv[t] = __ldg((const uint4 *)(xq + t * cols + c0));
+            xv2[t] = BITS == 4 ? __ldg((const uint4 *)(xq + t * cols + c0 + 16)) : xv[t];
+            d[t] = __ldg(xd + t * nb + b);
+            sx[t] = __ldg(xs + t * nb + b);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int row = min(row0 + r, rows - 1);
+            const uint4 v = ld_stream(W + (long)row * wpr + c0 * BITS / 32);
+            const long g = (long)row * ng + c0 / gs;
+            const float sc = scale_load(S, stype, g), bi = scale_load(B, stype, g);
+            const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                int isum = 0;
+                if (BITS == 8) {
+                    isum = dp4a_us(u[0], xv[t].x, isum);
+                    isum = dp4a_us(u[1], xv[t].y, isum);
+                    isum = dp4a_us(u[2], xv[t].z, isum);
+                    isum = dp4a_us(u[3], xv[t].w, isum);
+                } else {
+                    const uint4 x0 = xv[t], x1 = xv2[t];
+                    const uint32_t xe[4] = {x0.x, x0.z, x1.x, x1.z}, xo[4] = {x0.y, x0.w, x1.y, x1.w};
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        isum = dp4a_us(u[i] & 0x0f0f0f0fu, xe[i], isum);
+                        isum = dp4a_us((u[i] >> 4) & 0x0f0f0f0fu, xo[i], isum);
+                    }
+                }
+                acc[r][t] += sc * d[t] * (float)isum + bi * sx[t];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float sum = warp_sum(acc[r][t]);
+            if (lane == 0 && row0 + r < rows) y[(long)t * rows + row0 + r] = sum;
+        }
+}
+
+extern "C" size_t cuk_matvec_work(int T, int64_t cols) {
+    /* xq int8, then xd and xs per 16 values (the finer of the two block sizes) */
+    return (size_t)T * cols + 2 * sizeof(float) * (size_t)T * (cols / 16) + 64;
+}
+
+static int rows_per_warp(int T) {
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("CUK_MV_ROWS");
+        env = e ? atoi(e) : 0;
+    }
+    if (env == 1 || env == 2 || env == 4) return env;
+    return T == 1 ? 1 : 2; /* measured on the H200: docs/benchmarks/cuda-kernels.md */
+}
+
+template <int T, int R>
+static void launch_mv_r(const weight *w, const float *x, float *y, void *work, cudaStream_t s) {
+    const int rows = (int)w->rows;
+    const long cols = w->cols;
+    const dim3 grid((unsigned)((rows + MV_WARPS * R - 1) / (MV_WARPS * R))), block(MV_WARPS * 32);
+    switch (w->fmt) {
+    case WF_BF16: kernel_mv_16<T, R, true><<<grid, block, 0, s>>>((const uint16_t *)w->data, x, y, rows, cols); break;
+    case WF_F16: kernel_mv_16<T, R, false><<<grid, block, 0, s>>>((const uint16_t *)w->data, x, y, rows, cols); break;
+    case WF_F32: {
+        const dim3 g1((unsigned)((rows + MV_WARPS - 1) / MV_WARPS));
+        kernel_mv_f32<T><<<g1, block, 0, s>>>((const float *)w->data, x, y, rows, cols);
+        break;
+    }
+    case WF_AFFINE: {
+        const int qb = 128 / w->bits;
+        int8_t *xq = (int8_t *)work;
+        float *xd = (float *)((char *)work + (((size_t)T * cols + 15) & ~(size_t)15));
+        float *xs = xd + (size_t)T * (cols / 16);
+        const long n = (long)T * cols;
+        if (w->bits == 4) {
+            kernel_quant_x<32, true><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(x, n, xq, xd, xs);
+            kernel_mv_affine<T, R, 4><<<grid, block, 0, s>>>((const uint32_t *)w->data, w->scales, w->biases,
+                                                            (int)w->stype, w->group, xq, xd, xs, y, rows, cols);
+        } else {
+            kernel_quant_x<16, false><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(x, n, xq, xd, xs);
+            kernel_mv_affine<T, R, 8><<<grid, block, 0, s>>>((const uint32_t *)w->data, w->scales, w->biases,
+                                                            (int)w->stype, w->group, xq, xd, xs, y, rows, cols);
+        }
+        (void)qb;
+        break;
+    }
+    default: break;
+    }
+}
+
+template <int T>
+static void launch_mv(const weight *w, const float *x, float *y, void *work, cudaStream_t s) {
+    switch (rows_per_warp(T)) {
+    case 1: launch_mv_r<T, 1>(w, x, y, work, s); break;
+    case 2: launch_mv_r<T, 2>(w, x, y, work, s); break;
+    default: launch_mv_r<T, 4>(w, x, y, work, s); break;
+    }
+}
+
+extern "C" int cuk_matvec_supports(const weight *w) {
+    switch (w->fmt) {
+    case WF_BF16:
+    case WF_F16: return w->cols % 8 == 0;
+    case WF_F32: return 1;
+    case WF_AFFINE: return (w->bits == 4 || w->bits == 8) && w->group >= 32 && w->cols % 32 == 0;
+    default: return 0;
+    }
+}
+
+extern "C" int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, cuk_stream st) {
+    cudaStream_t s = (cudaStream_t)st;
+    if (!cuk_matvec_supports(w)) return err_set("cuda matvec: no kernel for this weight format");
+    switch (T) {
+    case 1: launch_mv<1>(w, x, y, work, s); break;
+    case 2: launch_mv<2>(w, x, y, work, s); break;
+    case 3: launch_mv<3>(w, x, y, work, s); break;
+    case 4: launch_mv<4>(w, x, y, work, s); break;
+    case 5: launch_mv<5>(w, x, y, work, s); break;
+    case 6: launch_mv<6>(w, x, y, work, s); break;
+    case 7: launch_mv<7>(w, x, y, work, s); break;
+    case 8: launch_mv<8>(w, x, y, work, s); break;
+    default: return err_set("cuda matvec: batch %d exceeds %d", T, CUK_MV_MAX_T);
+    }
+    return cuk_check("matvec");
+}

@@ -1,0 +1,189 @@
+/* backend/cuda/ops.cu: the element-wise and row-wise CUDA kernels: RMSNorm, RoPE,
+ * gated activations, residual adds, embedding rows, format conversions, argmax. */
+#include <cuda_fp16.h>
+
+#include "backend/cuda/common.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_kernels.h"
+}
+
+static inline unsigned blocks_for(long n, int per) { return (unsigned)((n + per - 1) / per); }
+
+/* one block per row; sum of squares in float, as the CPU backend (which uses double) */
+__global__ void kernel_rmsnorm(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ y, int n,
+                               float eps, int plus_one) {
+    const float *xr = x + (long)blockIdx.x * n;
+    float *yr = y + (long)blockIdx.x * n;
+    __shared__ float part[32];
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
+        v = warp_sum(v);
+        if (threadIdx.x == 0) part[0] = v;
+    }
+    __syncthreads();
+    const float r = rsqrtf(part[0] / n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float g = w ? (plus_one ? 1.f + w[i] : w[i]) : 1.f;
+        yr[i] = xr[i] * r * g;
+    }
+}
+
+extern "C" int cuk_rmsnorm(const float *x, const float *w, float *y, int T, int n, float eps, int plus_one, cuk_stream s) {
+    int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
+    kernel_rmsnorm<<<T, threads, 0, (cudaStream_t)s>>>(x, w, y, n, eps, plus_one);
+    return cuk_check("rmsnorm");
+}
+
+__global__ void kernel_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const float *inv_freq, int dim,
+                            float af) {
+    const int half = dim / 2;
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)T * n_heads * half) return;
+    const int k = (int)(i % half);
+    const long th = i / half; /* t * n_heads + h */
+    const int t = (int)(th / n_heads);
+    const float ang = (float)pos[t] * inv_freq[k];
+    float sn, cs;
+    sincosf(ang, &sn, &cs);
+    cs *= af;
+    sn *= af;
+    float *v = x + th * head_dim;
+    const float a = v[k], c = v[k + half];
+    v[k] = a * cs - c * sn;
+    v[k + half] = c * cs + a * sn;
+}
+
+extern "C" int cuk_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const float *inv_freq, int dim,
+                        float attn_factor, cuk_stream s) {
+    long n = (long)T * n_heads * (dim / 2);
+    kernel_rope<<<blocks_for(n, 256), 256, 0, (cudaStream_t)s>>>(x, T, n_heads, head_dim, pos, inv_freq, dim, attn_factor);
+    return cuk_check("rope");
+}
+
+__global__ void kernel_glu(float *g, const float *u, long n, int act) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float v = g[i];
+    if (act == 0) {
+        g[i] = v / (1.f + expf(-v)) * u[i];
+    } else {
+        const float k = 0.7978845608028654f;
+        g[i] = 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v))) * u[i];
+    }
+}
+
+extern "C" int cuk_glu(float *g, const float *u, long n, int act, cuk_stream s) {
+    kernel_glu<<<blocks_for(n, 256), 256, 0, (cudaStream_t)s>>>(g, u, n, act);
+    return cuk_check("glu");
+}
+
+__global__ void kernel_add(float *y, const float *x, long n) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+
+extern "C" int cuk_add(float *y, const float *x, long n, cuk_stream s) {
+    kernel_add<<<blocks_for(n, 256), 256, 0, (cudaStream_t)s>>>(y, x, n);
+    return cuk_check("add");
+}
+
+/* element j of row r of w as float (any format the matvec handles) */
+__device__ __forceinline__ float weight_elem(const weight w, int64_t r, int64_t j) {
+    switch (w.fmt) {
+    case WF_BF16: return bf16f(((const uint16_t *)w.data)[r * w.cols + j]);
+    case WF_F16: return f16f(((const uint16_t *)w.data)[r * w.cols + j]);
+    case WF_F32: return ((const float *)w.data)[r * w.cols + j];
+    case WF_AFFINE: {
+        const uint32_t *row = (const uint32_t *)w.data + r * (w.cols * w.bits / 32);
+        const int64_t bit = j * w.bits;
+        uint64_t v = row[bit >> 5] >> (bit & 31);
+        if ((bit & 31) + w.bits > 32) v |= (uint64_t)row[(bit >> 5) + 1] << (32 - (bit & 31));
+        const uint32_t code = (uint32_t)v & ((1u << w.bits) - 1);
+        const int64_t g = r * (w.cols / w.group) + j / w.group;
+        return (float)code * scale_load(w.scales, (int)w.stype, g) + scale_load(w.biases, (int)w.stype, g);
+    }
+    case WF_MXFP4: {
+        const float lut[16] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
+        const uint32_t *row = (const uint32_t *)w.data + r * (w.cols / 8);
+        const uint32_t code = (row[j >> 3] >> (4 * (j & 7))) & 15u;
+        const uint8_t sc = ((const uint8_t *)w.scales)[r * (w.cols / 32) + j / 32];
+        return lut[code] * __uint_as_float(sc == 0 ? 0x00400000u : (uint32_t)sc << 23);
+    }
+    }
+    return 0.f;
+}
+
+__global__ void kernel_embed(const weight w, const int32_t *tok, int T, float scale, float *x) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)T * w.cols) return;
+    const int t = (int)(i / w.cols);
+    const int64_t j = i % w.cols;
+    x[i] = weight_elem(w, tok[t], j) * scale;
+}
+
+extern "C" int cuk_embed(const weight *w, const int32_t *tok, int T, float scale, float *x, cuk_stream s) {
+    long n = (long)T * w->cols;
+    kernel_embed<<<blocks_for(n, 256), 256, 0, (cudaStream_t)s>>>(*w, tok, T, scale, x);
+    return cuk_check("embed");
+}
+
+__global__ void kernel_weight_bf16(const weight w, int64_t r0, int64_t n, uint16_t *dst) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n * w.cols) return;
+    if (w.fmt == WF_BF16) { dst[i] = ((const uint16_t *)w.data)[r0 * w.cols + i]; return; }
+    dst[i] = f2bf16(weight_elem(w, r0 + i / w.cols, i % w.cols));
+}
+
+extern "C" int cuk_weight_to_bf16(const weight *w, int64_t r0, int64_t n, uint16_t *dst, cuk_stream s) {
+    long total = (long)n * w->cols;
+    kernel_weight_bf16<<<blocks_for(total, 256), 256, 0, (cudaStream_t)s>>>(*w, r0, n, dst);
+    return cuk_check("weight_to_bf16");
+}
+
+__global__ void kernel_f32_bf16(const float *src, uint16_t *dst, long n) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = f2bf16(src[i]);
+}
+
+extern "C" int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s) {
+    kernel_f32_bf16<<<blocks_for(n, 256), 256, 0, (cudaStream_t)s>>>(src, dst, n);
+    return cuk_check("f32_to_bf16");
+}
+
+/* one block of 1024 threads: (value, index) reduction, lowest index on ties */
+__global__ void kernel_argmax(const float *x, int n, int32_t *out) {
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    float v = -INFINITY;
+    int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (x[i] > v) { v = x[i]; idx = i; }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+    }
+    if ((threadIdx.x & 31) == 0) { bv[threadIdx.x >> 5] = v; bi[threadIdx.x >> 5] = idx; }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = bv[threadIdx.x];
+        idx = bi[threadIdx.x];
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+            if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+        }
+        if (threadIdx.x == 0) *out = idx;
+    }
+}
+
+extern "C" int cuk_argmax(const float *x, int n, int32_t *out, cuk_stream s) {
+    kernel_argmax<<<1, 1024, 0, (cudaStream_t)s>>>(x, n, out);
+    return cuk_check("argmax");
+}

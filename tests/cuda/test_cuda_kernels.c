@@ -1,0 +1,442 @@
+/* tests/cuda/test_cuda_kernels.c: the CUDA kernels against double-precision host
+ * references on random data (sizes that are not multiples of the tiles included),
+ * then a bandwidth benchmark of the decode matrix-vector products beside a measured
+ * device-to-device copy. Runs on the GPU machine: `make test-cuda`. */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "base/err.h"
+#include "harness.h"
+#include "tensor/dtype.h"
+#include "tensor/weight.h"
+
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e_ = (x);                                                                   \
+        if (e_ != cudaSuccess) { printf("CUDA %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
+    } while (0)
+
+static uint64_t rng = 88172645463325252ULL;
+static float frand(void) { /* uniform [-1, 1) */
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.f - 1.f;
+}
+static uint32_t urand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 32); }
+
+static void *dup_dev(const void *h, size_t n) {
+    void *d;
+    CK(cudaMalloc(&d, n ? n : 4));
+    CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* A host weight of format fmt with random contents, and its device twin. */
+typedef struct { weight h, d; void *bufs[6]; int nb; } twin;
+
+static twin make_weight(weight_fmt fmt, long rows, long cols, int bits, int group, scale_type st) {
+    twin t;
+    memset(&t, 0, sizeof t);
+    weight *w = &t.h;
+    w->fmt = fmt; w->rows = rows; w->cols = cols; w->bits = bits; w->group = group; w->stype = st;
+    size_t n = (size_t)(rows * cols);
+    if (fmt == WF_BF16 || fmt == WF_F16) {
+        uint16_t *p = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) {
+            float v = frand() * 0.1f;
+            if (fmt == WF_BF16) p[i] = f32_to_bf16(v);
+            else { p[i] = (uint16_t)(0x2000 + (urand() & 0x0fff)) | (urand() & 0x8000); }
+        }
+        w->data = p; w->nbytes = n * 2;
+    } else if (fmt == WF_F32) {
+        float *p = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) p[i] = frand() * 0.1f;
+        w->data = p; w->nbytes = n * 4;
+    } else {
+        size_t nw = n * bits / 32, ng = n / group, ss = st == SC_F32 ? 4 : 2;
+        uint32_t *c = malloc(nw * 4);
+        for (size_t i = 0; i < nw; i++) c[i] = urand();
+        void *s = malloc(ng * ss), *b = malloc(ng * ss);
+        for (size_t i = 0; i < ng; i++) {
+            float sv = 0.01f + 0.01f * fabsf(frand()), bv = -0.05f + 0.01f * frand();
+            if (st == SC_BF16) { ((uint16_t *)s)[i] = f32_to_bf16(sv); ((uint16_t *)b)[i] = f32_to_bf16(bv); }
+            else if (st == SC_F16) { ((uint16_t *)s)[i] = 0x2000 + (uint16_t)(urand() & 0x3ff); ((uint16_t *)b)[i] = 0xa800 + (uint16_t)(urand() & 0x3ff); }
+            else { ((float *)s)[i] = sv; ((float *)b)[i] = bv; }
+        }
+        w->data = c; w->scales = s; w->biases = b; w->nbytes = nw * 4 + 2 * ng * ss;
+    }
+    t.d = t.h;
+    size_t ss = st == SC_F32 ? 4 : 2;
+    if (fmt == WF_AFFINE) {
+        t.d.data = dup_dev(w->data, n * bits / 8);
+        t.d.scales = dup_dev(w->scales, n / group * ss);
+        t.d.biases = dup_dev(w->biases, n / group * ss);
+    } else {
+        t.d.data = dup_dev(w->data, w->nbytes);
+    }
+    return t;
+}
+
+static void free_twin(twin *t) {
+    free((void *)t->h.data); free((void *)t->h.scales); free((void *)t->h.biases);
+    cudaFree((void *)t->d.data); cudaFree((void *)t->d.scales); cudaFree((void *)t->d.biases);
+}
+
+/* y [T, rows] in double from the host weight */
+static double *ref_matmul(const weight *w, const float *x, int T) {
+    double *y = calloc((size_t)T * w->rows, sizeof *y);
+    float *row = malloc((size_t)w->cols * 4);
+    for (long r = 0; r < w->rows; r++) {
+        weight_row_f32(w, r, row);
+        for (int t = 0; t < T; t++) {
+            double s = 0;
+            for (long j = 0; j < w->cols; j++) s += (double)row[j] * x[(long)t * w->cols + j];
+            y[(long)t * w->rows + r] = s;
+        }
+    }
+    free(row);
+    return y;
+}
+
+static double rel_err(const float *got, const double *ref, long n) {
+    double num = 0, den = 0;
+    for (long i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        num += (got[i] - ref[i]) * (got[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static cublasHandle_t cublas;
+
+static void check_matmul(const char *name, weight_fmt fmt, long rows, long cols, int bits, int group, scale_type st) {
+    twin w = make_weight(fmt, rows, cols, bits, group, st);
+    const int Ts[] = {1, 2, 3, 8, 33, 130};
+    for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+        int T = Ts[k];
+        float *x = malloc((size_t)T * cols * 4), *y = malloc((size_t)T * rows * 4);
+        for (long i = 0; i < T * cols; i++) x[i] = frand();
+        float *dx = dup_dev(x, (size_t)T * cols * 4), *dy;
+        CK(cudaMalloc((void **)&dy, (size_t)T * rows * 4));
+        CK(cudaMemset(dy, 0xff, (size_t)T * rows * 4)); /* NaN poison: every element must be written */
+        int rc;
+        double tol;
+        if (T <= CUK_MV_MAX_T && cuk_matvec_supports(&w.d)) {
+            void *work;
+            CK(cudaMalloc(&work, cuk_matvec_work(T, cols)));
+            rc = cuk_matvec(&w.d, dx, dy, T, work, NULL);
+            CK(cudaDeviceSynchronize());
+            cudaFree(work);
+            tol = w.h.fmt == WF_AFFINE ? 1e-2 : 1e-5; /* int8 activations for quantized weights */
+        } else {
+            uint16_t *xbf, *wbf;
+            CK(cudaMalloc((void **)&xbf, (size_t)T * cols * 2));
+            CK(cudaMalloc((void **)&wbf, (size_t)257 * cols * 2));
+            rc = cuk_gemm(cublas, &w.d, dx, dy, T, xbf, wbf, 257, NULL);
+            CK(cudaDeviceSynchronize());
+            cudaFree(xbf);
+            cudaFree(wbf);
+            tol = 1e-2; /* bf16 operands */
+        }
+        CHECK(rc == 0, "%s T=%d: %s", name, T, err_msg());
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(y, dy, (size_t)T * rows * 4, cudaMemcpyDeviceToHost));
+        double *ref = ref_matmul(&w.h, x, T);
+        double e = rel_err(y, ref, (long)T * rows);
+        CHECK(e <= tol, "%s [%ld x %ld] T=%d: relative error %g (tolerance %g)", name, rows, cols, T, e, tol);
+        free(ref); free(x); free(y); cudaFree(dx); cudaFree(dy);
+    }
+    free_twin(&w);
+}
+
+static void matmul_formats(void) {
+    check_matmul("bf16", WF_BF16, 1000, 1032, 0, 0, SC_BF16);
+    check_matmul("f16", WF_F16, 333, 264, 0, 0, SC_BF16);
+    check_matmul("f32", WF_F32, 77, 100, 0, 0, SC_BF16);
+    check_matmul("q4g64", WF_AFFINE, 1000, 1024, 4, 64, SC_BF16);
+    check_matmul("q4g32-f16", WF_AFFINE, 129, 512, 4, 32, SC_F16);
+    check_matmul("q8g128-f32", WF_AFFINE, 200, 768, 8, 128, SC_F32);
+    check_matmul("q3g64 (gemm path)", WF_AFFINE, 100, 384, 3, 64, SC_BF16);
+}
+
+static void ops(void) {
+    const int T = 5, n = 1000;
+    float *x = malloc(T * n * 4), *w = malloc(n * 4), *y = malloc(T * n * 4);
+    for (int i = 0; i < T * n; i++) x[i] = frand() * 3;
+    for (int i = 0; i < n; i++) w[i] = frand();
+    float *dx = dup_dev(x, T * n * 4), *dw = dup_dev(w, n * 4), *dy;
+    CK(cudaMalloc((void **)&dy, T * n * 4));
+    for (int po = 0; po < 2; po++) {
+        CHECK(cuk_rmsnorm(dx, dw, dy, T, n, 1e-6f, po, NULL) == 0, "rmsnorm");
+        CK(cudaMemcpy(y, dy, T * n * 4, cudaMemcpyDeviceToHost));
+        double worst = 0;
+        for (int t = 0; t < T; t++) {
+            double ss = 0;
+            for (int i = 0; i < n; i++) ss += (double)x[t * n + i] * x[t * n + i];
+            double r = 1 / sqrt(ss / n + 1e-6);
+            for (int i = 0; i < n; i++) {
+                double want = x[t * n + i] * r * (po ? 1 + w[i] : w[i]);
+                worst = fmax(worst, fabs(y[t * n + i] - want));
+            }
+        }
+        CHECK(worst < 1e-5, "rmsnorm plus_one=%d: max error %g", po, worst);
+    }
+    /* glu: silu and gelu_tanh */
+    for (int act = 0; act < 2; act++) {
+        CK(cudaMemcpy(dy, x, T * n * 4, cudaMemcpyHostToDevice));
+        CHECK(cuk_glu(dy, dx, (long)T * n, act, NULL) == 0, "glu");
+        CK(cudaMemcpy(y, dy, T * n * 4, cudaMemcpyDeviceToHost));
+        double worst = 0;
+        for (int i = 0; i < T * n; i++) {
+            double v = x[i], a = act == 0 ? v / (1 + exp(-v)) : 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+            worst = fmax(worst, fabs(y[i] - a * x[i]));
+        }
+        CHECK(worst < 1e-4, "glu act %d: max error %g", act, worst);
+    }
+    /* rope: head_dim 8, 3 heads, dim 6 rotated (partial), attn factor 1.5 */
+    {
+        enum { hd = 8, nh = 3, dim = 6, TT = 2 };
+        float v[TT * nh * hd], inv[3] = {1.f, 0.1f, 0.01f};
+        for (int i = 0; i < TT * nh * hd; i++) v[i] = frand();
+        int32_t pos[TT] = {7, 12345};
+        float *dv = dup_dev(v, sizeof v), *dinv = dup_dev(inv, sizeof inv);
+        int32_t *dpos = dup_dev(pos, sizeof pos);
+        CHECK(cuk_rope(dv, TT, nh, hd, dpos, dinv, dim, 1.5f, NULL) == 0, "rope");
+        float got[TT * nh * hd];
+        CK(cudaMemcpy(got, dv, sizeof got, cudaMemcpyDeviceToHost));
+        double worst = 0;
+        for (int t = 0; t < TT; t++)
+            for (int h = 0; h < nh; h++) {
+                const float *o = v + (t * nh + h) * hd, *g = got + (t * nh + h) * hd;
+                for (int i = 0; i < dim / 2; i++) {
+                    double a = (double)(float)(pos[t] * inv[i]), c = cos(a) * 1.5, s = sin(a) * 1.5;
+                    worst = fmax(worst, fabs(g[i] - (o[i] * c - o[i + 3] * s)));
+                    worst = fmax(worst, fabs(g[i + 3] - (o[i + 3] * c + o[i] * s)));
+                }
+                for (int i = dim; i < hd; i++) worst = fmax(worst, fabs(g[i] - o[i]));
+            }
+        CHECK(worst < 2e-3, "rope: max error %g", worst);
+        cudaFree(dv); cudaFree(dinv); cudaFree(dpos);
+    }
+    /* argmax with a tie: lowest index */
+    {
+        float v[3000];
+        for (int i = 0; i < 3000; i++) v[i] = frand();
+        v[2500] = 5; v[1700] = 5;
+        float *dv = dup_dev(v, sizeof v);
+        int32_t *di, got = -1;
+        CK(cudaMalloc((void **)&di, 4));
+        CHECK(cuk_argmax(dv, 3000, di, NULL) == 0, "argmax");
+        CK(cudaMemcpy(&got, di, 4, cudaMemcpyDeviceToHost));
+        CHECK(got == 1700, "argmax %d, want 1700", got);
+        cudaFree(dv); cudaFree(di);
+    }
+    /* embedding rows of a q4 weight, scaled */
+    {
+        twin e = make_weight(WF_AFFINE, 50, 128, 4, 64, SC_BF16);
+        int32_t tok[3] = {49, 0, 7};
+        int32_t *dt = dup_dev(tok, sizeof tok);
+        float *de, got[3 * 128], row[128];
+        CK(cudaMalloc((void **)&de, sizeof got));
+        CHECK(cuk_embed(&e.d, dt, 3, 2.f, de, NULL) == 0, "embed");
+        CK(cudaMemcpy(got, de, sizeof got, cudaMemcpyDeviceToHost));
+        double worst = 0;
+        for (int t = 0; t < 3; t++) {
+            weight_row_f32(&e.h, tok[t], row);
+            for (int j = 0; j < 128; j++) worst = fmax(worst, fabs(got[t * 128 + j] - 2 * row[j]));
+        }
+        CHECK(worst < 1e-6, "embed: max error %g", worst);
+        free_twin(&e); cudaFree(dt); cudaFree(de);
+    }
+    free(x); free(w); free(y); cudaFree(dx); cudaFree(dw); cudaFree(dy);
+}
+
+static void check_attention(int T, int n, int hd, int nh, int nkv, int window, float softcap, int sinks) {
+    long row = (long)nkv * hd;
+    float *q = malloc((size_t)T * nh * hd * 4), *k = malloc((size_t)n * row * 4), *v = malloc((size_t)n * row * 4);
+    float sk[64], *out = malloc((size_t)T * nh * hd * 4);
+    int32_t *qp = malloc(T * 4), *kp = malloc(n * 4);
+    for (long i = 0; i < (long)T * nh * hd; i++) q[i] = frand();
+    for (long i = 0; i < n * row; i++) { k[i] = frand(); v[i] = frand(); }
+    for (int i = 0; i < 64; i++) sk[i] = frand();
+    /* keys in ring order: positions rotated so the mask must use pos[], not the index */
+    for (int j = 0; j < n; j++) kp[j] = (j + n / 3) % n;
+    for (int t = 0; t < T; t++) qp[t] = n - T + t;
+    attn_params p = {nh, nkv, hd, 1.f / sqrtf((float)hd), window, softcap, NULL};
+    float *dq = dup_dev(q, (size_t)T * nh * hd * 4), *dk = dup_dev(k, n * row * 4), *dv = dup_dev(v, n * row * 4);
+    float *dsk = dup_dev(sk, sizeof sk), *dout, *work;
+    int32_t *dqp = dup_dev(qp, T * 4), *dkp = dup_dev(kp, n * 4);
+    CK(cudaMalloc((void **)&dout, (size_t)T * nh * hd * 4));
+    CK(cudaMalloc((void **)&work, cuk_attention_work(T, nh, hd, n) * 4));
+    if (sinks) p.sinks = dsk;
+    attn_kv kv = {dk, dv, dkp, n, row};
+    CHECK(cuk_attention(dq, dqp, T, &kv, &p, dout, work, NULL) == 0, "attention: %s", err_msg());
+    CK(cudaMemcpy(out, dout, (size_t)T * nh * hd * 4, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    double *s = malloc(n * sizeof *s);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++) {
+            int g = h / (nh / nkv);
+            double m = sinks ? sk[h] : -INFINITY;
+            for (int j = 0; j < n; j++) {
+                s[j] = -INFINITY;
+                if (kp[j] > qp[t] || (window > 0 && qp[t] - kp[j] >= window)) continue;
+                double d = 0;
+                for (int c = 0; c < hd; c++) d += (double)q[((long)t * nh + h) * hd + c] * k[j * row + g * hd + c];
+                d *= p.scale;
+                if (softcap > 0) d = softcap * tanh(d / softcap);
+                s[j] = d;
+                if (d > m) m = d;
+            }
+            double l = sinks ? exp(sk[h] - m) : 0;
+            for (int j = 0; j < n; j++) if (s[j] > -INFINITY) l += exp(s[j] - m);
+            for (int c = 0; c < hd; c++) {
+                double a = 0;
+                for (int j = 0; j < n; j++) if (s[j] > -INFINITY) a += exp(s[j] - m) * v[j * row + g * hd + c];
+                a /= l;
+                double gv = out[((long)t * nh + h) * hd + c];
+                num += (gv - a) * (gv - a);
+                den += a * a;
+            }
+        }
+    double e = sqrt(num / den);
+    CHECK(e < 1e-4, "attention T=%d n=%d hd=%d window=%d softcap=%g sinks=%d: relative error %g", T, n, hd, window, softcap,
+          sinks, e);
+    free(s); free(q); free(k); free(v); free(out); free(qp); free(kp);
+    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dsk); cudaFree(dout); cudaFree(work); cudaFree(dqp); cudaFree(dkp);
+}
+
+static void attention(void) {
+    check_attention(1, 1, 64, 4, 2, 0, 0, 0);
+    check_attention(1, 700, 128, 8, 2, 0, 0, 0);
+    check_attention(7, 300, 64, 8, 8, 0, 0, 1);
+    check_attention(3, 2000, 256, 4, 1, 100, 50.f, 0);
+    check_attention(33, 33, 512, 2, 1, 16, 0, 1);
+    check_attention(1, 20000, 128, 4, 4, 0, 0, 0);
+}
+
+/* ---- benchmark: decode matvec bandwidth beside a device-to-device copy ---- */
+
+static float time_ms(cudaEvent_t a, cudaEvent_t b) {
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    return ms;
+}
+
+static int cmpf(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
+
+static void bench(void) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    size_t nb = (size_t)2 << 30;
+    void *a, *b;
+    CK(cudaMalloc(&a, nb));
+    CK(cudaMalloc(&b, nb));
+    CK(cudaMemset(a, 1, nb));
+    float ts[20];
+    for (int i = 0; i < 23; i++) {
+        CK(cudaEventRecord(e0, 0));
+        CK(cudaMemcpyAsync(b, a, nb, cudaMemcpyDeviceToDevice, 0));
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        if (i >= 3) ts[i - 3] = time_ms(e0, e1);
+    }
+    qsort(ts, 20, sizeof *ts, cmpf);
+    double copy_gbs = 2.0 * nb / (ts[10] * 1e-3) / 1e9;
+    printf("\nbench: device-to-device copy (read + write) %.0f GB/s (median of 20, %zu MiB)\n", copy_gbs, nb >> 20);
+    cudaFree(a);
+    cudaFree(b);
+    struct { const char *name; weight_fmt f; long rows, cols; int bits, group; } shapes[] = {
+        {"bf16 q/o 4096x4096", WF_BF16, 4096, 4096, 0, 0},       {"bf16 gate 14336x4096", WF_BF16, 14336, 4096, 0, 0},
+        {"bf16 down 4096x14336", WF_BF16, 4096, 14336, 0, 0},    {"bf16 head 128256x4096", WF_BF16, 128256, 4096, 0, 0},
+        {"q4g64 gate 14336x4096", WF_AFFINE, 14336, 4096, 4, 64}, {"q4g64 down 4096x14336", WF_AFFINE, 4096, 14336, 4, 64},
+        {"q4g64 head 128256x4096", WF_AFFINE, 128256, 4096, 4, 64}, {"q8g64 gate 14336x4096", WF_AFFINE, 14336, 4096, 8, 64},
+    };
+    printf("| weight | T | bytes | median us | GB/s | %% of copy |\n|---|---:|---:|---:|---:|---:|\n");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        /* four copies so the set exceeds the 60 MB L2 and each call reads DRAM */
+        twin w[4];
+        for (int c = 0; c < 4; c++) w[c] = make_weight(shapes[s].f, shapes[s].rows, shapes[s].cols, shapes[s].bits, shapes[s].group, SC_BF16);
+        float *dx, *dy;
+        CK(cudaMalloc((void **)&dx, 8 * shapes[s].cols * 4));
+        CK(cudaMalloc((void **)&dy, 8 * shapes[s].rows * 4));
+        {
+            float *hx = malloc(8 * shapes[s].cols * 4);
+            for (long i = 0; i < 8 * shapes[s].cols; i++) hx[i] = frand();
+            CK(cudaMemcpy(dx, hx, 8 * shapes[s].cols * 4, cudaMemcpyHostToDevice));
+            free(hx);
+        }
+        void *work;
+        CK(cudaMalloc(&work, cuk_matvec_work(8, shapes[s].cols)));
+        const int Tb[] = {1, 4};
+        for (int k = 0; k < 2; k++) {
+            float tt[40];
+            for (int i = 0; i < 44; i++) {
+                CK(cudaEventRecord(e0, 0));
+                cuk_matvec(&w[i % 4].d, dx, dy, Tb[k], work, NULL);
+                CK(cudaEventRecord(e1, 0));
+                CK(cudaEventSynchronize(e1));
+                if (i >= 4) tt[i - 4] = time_ms(e0, e1);
+            }
+            qsort(tt, 40, sizeof *tt, cmpf);
+            double gbs = w[0].h.nbytes / (tt[20] * 1e-3) / 1e9;
+            printf("| %s | %d | %zu | %.1f | %.0f | %.0f%% |\n", shapes[s].name, Tb[k], w[0].h.nbytes, tt[20] * 1e3, gbs,
+                   100 * gbs / copy_gbs);
+        }
+        for (int c = 0; c < 4; c++) free_twin(&w[c]);
+        cudaFree(work);
+        cudaFree(dx);
+        cudaFree(dy);
+    }
+    /* prefill GEMM 512 x 4096 x 14336 bf16 */
+    {
+        twin w = make_weight(WF_BF16, 14336, 4096, 0, 0, SC_BF16);
+        float *dx, *dy;
+        uint16_t *xbf;
+        CK(cudaMalloc((void **)&dx, 512L * 4096 * 4));
+        CK(cudaMalloc((void **)&dy, 512L * 14336 * 4));
+        CK(cudaMalloc((void **)&xbf, 512L * 4096 * 2));
+        {
+            float *hx = malloc(512L * 4096 * 4);
+            for (long i = 0; i < 512L * 4096; i++) hx[i] = frand();
+            CK(cudaMemcpy(dx, hx, 512L * 4096 * 4, cudaMemcpyHostToDevice));
+            free(hx);
+        }
+        float tt[20];
+        for (int i = 0; i < 23; i++) {
+            CK(cudaEventRecord(e0, 0));
+            cuk_gemm(cublas, &w.d, dx, dy, 512, xbf, NULL, 0, NULL);
+            CK(cudaEventRecord(e1, 0));
+            CK(cudaEventSynchronize(e1));
+            if (i >= 3) tt[i - 3] = time_ms(e0, e1);
+        }
+        qsort(tt, 20, sizeof *tt, cmpf);
+        printf("gemm bf16 512x4096x14336 (incl. x->bf16): %.1f us, %.0f TFLOP/s\n", tt[10] * 1e3,
+               2.0 * 512 * 4096 * 14336 / (tt[10] * 1e-3) / 1e12);
+        free_twin(&w); cudaFree(dx); cudaFree(dy); cudaFree(xbf);
+    }
+}
+
+int main(int argc, char **argv) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("no CUDA device: nothing to test here\n");
+        return harness_done();
+    }
+    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) { printf("cublasCreate failed\n"); return 1; }
+    if (!(argc > 1 && strcmp(argv[1], "--bench-only") == 0)) {
+        RUN(matmul_formats);
+        RUN(ops);
+        RUN(attention);
+    }
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) bench();
+    if (argc > 1 && strcmp(argv[1], "--bench-only") == 0) { bench(); cublasDestroy(cublas); return 0; }
+    cublasDestroy(cublas);
+    return harness_done();
+}
