@@ -58,7 +58,7 @@ typedef struct {
     } u;
 } jv;
 
-struct jlist { jv *v; size_t n, cap; };
+struct jlist { jv *v; size_t n, cap; int tuple; };
 struct jdict { jv *k, *v; size_t n, cap; };
 struct jloop { int64_t index0, length; jlist *items; };
 struct jmethod { jv self; const char *name; };
@@ -125,6 +125,10 @@ struct jctx {
     tk_buf *out;
     jframe *root;
     jframe *frame;   /* the innermost scope */
+    const char *lc_pos;  /* line_col cache */
+    int lc_line, lc_col;
+    tk_buf *caps[256];  /* open output captures (macro calls, set blocks) */
+    int ncap;
     int depth;
     int brk, cont;
 };
@@ -164,12 +168,22 @@ static char *jstrdup(jctx *c, const char *s, size_t n) {
     return p;
 }
 
-static void line_col(const jctx *c, const char *p, int *line, int *col) {
+static void line_col(jctx *c, const char *p, int *line, int *col) {
+    /* incremental: tokens come in order, so lexing stays linear */
+    const char *q = c->src;
     int l = 1, k = 1;
-    for (const char *q = c->src; q < p && q < c->src + c->src_n; q++) {
+    if (c->lc_pos && p >= c->lc_pos) {
+        q = c->lc_pos;
+        l = c->lc_line;
+        k = c->lc_col;
+    }
+    for (; q < p && q < c->src + c->src_n; q++) {
         if (*q == '\n') { l++; k = 1; }
         else k++;
     }
+    c->lc_pos = q;
+    c->lc_line = l;
+    c->lc_col = k;
     *line = l;
     *col = k;
 }
@@ -400,7 +414,7 @@ static void lex(jctx *c) {
         if (!is_var && c->ntok - first_tok == 3 && c->toks[first_tok + 1].k == T_NAME && c->toks[first_tok + 1].n == 3 &&
             !memcmp(c->toks[first_tok + 1].p, "raw", 3)) {
             c->ntok = first_tok;
-            const char *r = p;
+            const char *r = p, *raw_start = p;
             for (;;) {
                 const char *e = find_open(r, end);
                 if (e >= end) {
@@ -413,7 +427,7 @@ static void lex(jctx *c) {
                 if (x < end && (*x == '-' || *x == '+')) { m = *x == '-'; x++; }
                 while (x < end && (*x == ' ' || *x == '\t')) x++;
                 if (e[1] == '%' && end - x >= 6 && !memcmp(x, "endraw", 6)) {
-                    const char *rs = r, *re = e;
+                    const char *rs = raw_start, *re = e;
                     if (sa) while (rs < re && (*rs == ' ' || *rs == '\t' || *rs == '\n' || *rs == '\r')) rs++;
                     else if (rs < re && *rs == '\n') rs++;
                     if (m) while (re > rs && (re[-1] == ' ' || re[-1] == '\t' || re[-1] == '\n' || re[-1] == '\r')) re--;
@@ -713,6 +727,7 @@ static jnode *parse_filters(jctx *c, jnode *n) {
 
 static jnode *parse_unary(jctx *c, int with_filter) {
     jtok *t = peek(c);
+    if (++c->depth > 400) jfail(c, t->line, t->col, "expression nested too deeply");
     jnode *n;
     if (is_op(t, "-") || is_op(t, "+")) {
         next_tok(c);
@@ -722,6 +737,7 @@ static jnode *parse_unary(jctx *c, int with_filter) {
         n = parse_postfix(c, parse_primary(c));
     }
     if (with_filter) n = parse_filters(c, n);
+    c->depth--;
     return n;
 }
 
@@ -796,8 +812,10 @@ static jnode *parse_not(jctx *c) {
     jtok *t = peek(c);
     if (is_name(t, "not")) {
         next_tok(c);
+        if (++c->depth > 400) jfail(c, t->line, t->col, "expression nested too deeply");
         jnode *n = node(c, E_NOT, t);
         n->a = parse_not(c);
+        c->depth--;
         return n;
     }
     return parse_compare(c);
@@ -828,6 +846,7 @@ static jnode *parse_or(jctx *c) {
 }
 
 static jnode *parse_expr(jctx *c) {
+    if (++c->depth > 200) jfail(c, peek(c)->line, peek(c)->col, "expression nested too deeply");
     jnode *n = parse_or(c);
     while (is_name(peek(c), "if")) {
         jtok *t = next_tok(c);
@@ -840,6 +859,7 @@ static jnode *parse_expr(jctx *c) {
         }
         n = x;
     }
+    c->depth--;
     return n;
 }
 
@@ -866,7 +886,15 @@ static void expect_block_end(jctx *c) {
  * ends is NULL). */
 static int parse_body(jctx *c, svec *out, const char *const *ends, const jtok *opener, const char *opener_name);
 
+static jnode *parse_statement_inner(jctx *c, jtok *begin);
 static jnode *parse_statement(jctx *c, jtok *begin) {
+    if (++c->depth > 200) jfail(c, begin->line, begin->col, "blocks nested too deeply");
+    jnode *n = parse_statement_inner(c, begin);
+    c->depth--;
+    return n;
+}
+
+static jnode *parse_statement_inner(jctx *c, jtok *begin) {
     jtok *t = next_tok(c);
     if (t->k != T_NAME) unexpected(c, t, "a statement name");
     jnode *n;
@@ -1097,6 +1125,7 @@ static jv str_from_buf(jctx *c, tk_buf *b) {
 static jlist *list_new(jctx *c, size_t cap) {
     jlist *l = jalloc(c, sizeof *l);
     l->n = 0;
+    l->tuple = 0;
     l->cap = cap ? cap : 4;
     l->v = jalloc(c, l->cap * sizeof *l->v);
     return l;
@@ -1279,12 +1308,13 @@ static void put_repr(tk_buf *b, jv v) {
         break;
     }
     case JV_LIST:
-        tkb_putc(b, '[');
+        tkb_putc(b, v.u.l->tuple ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) tkb_put(b, ", ", 2);
             put_repr(b, v.u.l->v[i]);
         }
-        tkb_putc(b, ']');
+        if (v.u.l->tuple && v.u.l->n == 1) tkb_putc(b, ',');
+        tkb_putc(b, v.u.l->tuple ? ')' : ']');
         break;
     case JV_DICT:
         tkb_putc(b, '{');
@@ -2167,6 +2197,7 @@ static jv eval(jctx *c, jnode *n) {
     case E_TUPLE: {
         jlist *l = list_new(c, (size_t)n->nk);
         for (int i = 0; i < n->nk; i++) list_push(c, l, eval(c, n->kids[i]));
+        l->tuple = n->kind == E_TUPLE;
         return mk_list(l);
     }
     case E_DICT: {
@@ -2424,6 +2455,24 @@ static int apply_test(jctx *c, jnode *at, const char *t, jv v, const jargs *a) {
 }
 
 /* ---- statements */
+/* Output captured for a macro call or a set block goes to a buffer registered in the
+ * context, so that an error unwinding through it still frees it. */
+static tk_buf *capture_begin(jctx *c) {
+    if (c->ncap == (int)(sizeof c->caps / sizeof *c->caps)) jfail(c, 0, 0, "macros or set blocks nested too deeply");
+    tk_buf *b = jalloc(c, sizeof *b);
+    memset(b, 0, sizeof *b);
+    c->caps[c->ncap++] = b;
+    tk_buf *saved = c->out;
+    c->out = b;
+    return saved;
+}
+
+static jv capture_end(jctx *c, tk_buf *saved) {
+    tk_buf *b = c->caps[--c->ncap];
+    c->out = saved;
+    return str_from_buf(c, b);
+}
+
 static jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a) {
     if (++c->depth > 200) jfail(c, at->line, at->col, "macro recursion too deep");
     jframe *f = jalloc(c, sizeof *f);
@@ -2446,16 +2495,14 @@ static jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a) {
     for (int k = 0; k < m->nnames; k++)
         if (!dict_find_s(&f->vars, m->names[k], strlen(m->names[k])))
             frame_set(c, f, m->names[k], m->defaults[k] ? eval(c, m->defaults[k]) : mk_undef(m->names[k]));
-    tk_buf *saved_out = c->out, body = {0};
-    c->out = &body;
+    tk_buf *saved_out = capture_begin(c);
     int sb = c->brk, sc = c->cont;
     exec_body(c, m->body, m->nbody);
     c->brk = sb;
     c->cont = sc;
-    c->out = saved_out;
     c->frame = saved;
     c->depth--;
-    return str_from_buf(c, &body);
+    return capture_end(c, saved_out);
 }
 
 static void exec_stmt(jctx *c, jnode *n) {
@@ -2531,20 +2578,17 @@ static void exec_stmt(jctx *c, jnode *n) {
         break;
     }
     case S_SETBLOCK: {
-        tk_buf *saved = c->out, body = {0};
-        c->out = &body;
+        tk_buf *saved = capture_begin(c);
         exec_body(c, n->body, n->nbody);
-        c->out = saved;
-        frame_set(c, c->frame, n->name, str_from_buf(c, &body));
+        frame_set(c, c->frame, n->name, capture_end(c, saved));
         break;
     }
     case S_FILTERBLOCK: {
-        tk_buf *saved = c->out, body = {0};
-        c->out = &body;
+        tk_buf *saved = capture_begin(c);
         exec_body(c, n->body, n->nbody);
-        c->out = saved;
+        jv body = capture_end(c, saved);
         jargs a = eval_args(c, n);
-        put_str(c->out, apply_filter(c, n, n->name, str_from_buf(c, &body), &a));
+        put_str(c->out, apply_filter(c, n, n->name, body, &a));
         break;
     }
     case S_MACRO: {
@@ -2590,18 +2634,29 @@ char *tk_jinja_render(const char *tmpl, size_t tmpl_len, const char *where, cons
         err_set("out of memory");
         return NULL;
     }
-    c->src = tmpl;
-    c->src_n = tmpl_len;
     c->where = where ? where : "template";
     c->out = out;
         if (setjmp(c->jb)) {
-        tkb_free(c->out == out ? out : c->out);
+        for (int i = 0; i < c->ncap; i++) tkb_free(c->caps[i]);
         tkb_free(out);
         free(out);
         arena_free(c->arena);
         free(c);
         return NULL;
     }
+    /* as jinja2 reads a template: newlines normalized to \n, one trailing newline dropped */
+    char *src = jalloc(c, tmpl_len + 1);
+    size_t sn = 0;
+    for (size_t i = 0; i < tmpl_len; i++) {
+        if (tmpl[i] == '\r') {
+            src[sn++] = '\n';
+            if (i + 1 < tmpl_len && tmpl[i + 1] == '\n') i++;
+        } else src[sn++] = tmpl[i];
+    }
+    if (sn && src[sn - 1] == '\n') sn--;
+    src[sn] = 0;
+    c->src = src;
+    c->src_n = sn;
     lex(c);
     svec body = {0};
     parse_body(c, &body, NULL, NULL, NULL);
