@@ -16,6 +16,9 @@
 #include "tensor/dtype.h"
 
 #define INLINE static inline __attribute__((always_inline))
+/* Full unrolling of the short constant loops over activation rows and partial sums,
+ * so their accumulators live in registers (GCC -O2 would keep them on the stack). */
+#define UNROLL _Pragma("GCC unroll 16")
 #define GEMV_NT 4      /* activation rows per pass over the weights */
 #define GEMM_MIN_T 5   /* from this many activation rows on, the packed GEMM wins */
 
@@ -137,14 +140,17 @@ INLINE __m256 chunk_f32(const uint8_t *row, int bits, const unpacker *u, long c,
                           long r1) {                                                            \
         const long n = (long)w->cols;                                                           \
         const float *xs[GEMV_NT];                                                               \
+        UNROLL                                                                                  \
         for (int t = 0; t < GEMV_NT; t++) xs[t] = x + (long)(t0 + (t < nt ? t : 0)) * n;        \
         for (long r = r0; r < r1; r++) {                                                        \
             const ELEM *wr = (const ELEM *)w->data + r * n;                                     \
             __m256 a[GEMV_NT][2];                                                               \
+            UNROLL                                                                              \
             for (int t = 0; t < nt; t++) a[t][0] = a[t][1] = _mm256_setzero_ps();               \
             long j = 0;                                                                         \
             for (; j + 16 <= n; j += 16) {                                                      \
                 __m256 w0 = LOAD8(wr + j), w1 = LOAD8(wr + j + 8);                              \
+                UNROLL                                                                          \
                 for (int t = 0; t < nt; t++) {                                                  \
                     a[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs[t] + j), a[t][0]);         \
                     a[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xs[t] + j + 8), a[t][1]);     \
@@ -152,9 +158,11 @@ INLINE __m256 chunk_f32(const uint8_t *row, int bits, const unpacker *u, long c,
             }                                                                                   \
             for (; j + 8 <= n; j += 8) {                                                        \
                 __m256 w0 = LOAD8(wr + j);                                                      \
+                UNROLL                                                                          \
                 for (int t = 0; t < nt; t++)                                                    \
                     a[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs[t] + j), a[t][0]);         \
             }                                                                                   \
+            UNROLL                                                                              \
             for (int t = 0; t < nt; t++) {                                                      \
                 float s = hsum256(_mm256_add_ps(a[t][0], a[t][1]));                             \
                 for (long k = j; k < n; k++) s += SCALAR(wr[k]) * xs[t][k];                     \
@@ -188,9 +196,22 @@ GEMV_FLOAT(gemv_f16, uint16_t, f16x8, f16_to_f32)
  * codes converted to float, the biases are one extra dot of length cols / group.
  * MXFP4: W = e2m1(q) * 2^(e - 127) per group of 32, no bias. */
 
+/* The ng scales of row r as float32 (out [ng]), so the group loop broadcasts them
+ * straight from memory instead of converting one at a time. */
+static void row_scales(const weight *w, long r, long ng, float *out) {
+    long g = 0;
+    if (w->fmt == WF_MXFP4) {
+        for (; g < ng; g++) out[g] = e8m0_to_f32(((const uint8_t *)w->scales)[r * ng + g]);
+        return;
+    }
+    for (; g + 8 <= ng; g += 8) _mm256_storeu_ps(out + g, scale_x8(w->scales, w->stype, r * ng + g));
+    for (; g < ng; g++) out[g] = scale_get(w->scales, w->stype, r * ng + g);
+}
+
 /* xsum [nt, ng] of activation rows t0 .. t0 + nt. */
 static void group_sums(const float *x, long n, int group, int t0, int nt, float *xsum) {
     long ng = n / group;
+    UNROLL
     for (int t = 0; t < nt; t++) {
         const float *xt = x + (long)(t0 + t) * n;
         for (long g = 0; g < ng; g++) {
@@ -202,39 +223,59 @@ static void group_sums(const float *x, long n, int group, int t0, int nt, float 
 }
 
 INLINE void gemv_affine_nt(const weight *w, const float *x, float *y, int t0, int nt, long r0, long r1,
-                           const float *xsum, const unpacker *u, int bits, int mx) {
+                           const float *xsum, float *srow, const unpacker *u, int bits, int mx) {
     const long n = (long)w->cols, G = w->group, ng = n / G, cpg = G / 8, tail = chunk_tail(n / 8, bits);
     const long row_bytes = n * bits / 8;
+    const int na = nt == 1 ? 4 : 2;
     const float *xs[GEMV_NT];
+    UNROLL
     for (int t = 0; t < GEMV_NT; t++) xs[t] = x + (long)(t0 + (t < nt ? t : 0)) * n;
     for (long r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + r * row_bytes;
+        row_scales(w, r, ng, srow);
         __m256 acc[GEMV_NT];
+        UNROLL
         for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
         for (long g = 0; g < ng; g++) {
-            __m256 ga[GEMV_NT];
-            for (int t = 0; t < nt; t++) ga[t] = _mm256_setzero_ps();
-            for (long c = g * cpg; c < (g + 1) * cpg; c++) {
-                __m256 q = mx ? e2m1_x8(codes4(row, c))
-                              : chunk_f32(row, bits, u, c, c >= tail);
-                for (int t = 0; t < nt; t++) ga[t] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xs[t] + 8 * c), ga[t]);
+            /* na independent partial sums per activation row (4 chunks per step, a
+             * group has >= 4 chunks), so no FMA waits on the one before it */
+            __m256 ga[GEMV_NT][4];
+            UNROLL
+            for (int t = 0; t < nt; t++)
+                UNROLL
+                for (int a = 0; a < na; a++) ga[t][a] = _mm256_setzero_ps();
+            for (long c = g * cpg; c < (g + 1) * cpg; c += 4) {
+                UNROLL
+                for (int k = 0; k < 4; k++) {
+                    __m256 q = mx ? e2m1_x8(codes4(row, c + k)) : chunk_f32(row, bits, u, c + k, c + k >= tail);
+                    UNROLL
+                    for (int t = 0; t < nt; t++)
+                        ga[t][k % na] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xs[t] + 8 * (c + k)), ga[t][k % na]);
+                }
             }
-            __m256 s = _mm256_set1_ps(mx ? e8m0_to_f32(((const uint8_t *)w->scales)[r * ng + g])
-                                         : scale_get(w->scales, w->stype, r * ng + g));
-            for (int t = 0; t < nt; t++) acc[t] = _mm256_fmadd_ps(ga[t], s, acc[t]);
+            __m256 s = _mm256_broadcast_ss(srow + g);
+            UNROLL
+            for (int t = 0; t < nt; t++) {
+                __m256 gs = na == 4 ? _mm256_add_ps(_mm256_add_ps(ga[t][0], ga[t][1]), _mm256_add_ps(ga[t][2], ga[t][3]))
+                                    : _mm256_add_ps(ga[t][0], ga[t][1]);
+                acc[t] = _mm256_fmadd_ps(gs, s, acc[t]);
+            }
         }
         float btail[GEMV_NT] = {0}; /* bias terms past the last 8 groups */
         if (!mx) {
             long g = 0;
             for (; g + 8 <= ng; g += 8) {
                 __m256 b = scale_x8(w->biases, w->stype, r * ng + g);
+                UNROLL
                 for (int t = 0; t < nt; t++) acc[t] = _mm256_fmadd_ps(b, _mm256_loadu_ps(xsum + t * ng + g), acc[t]);
             }
             for (; g < ng; g++) {
                 float b = scale_get(w->biases, w->stype, r * ng + g);
+                UNROLL
                 for (int t = 0; t < nt; t++) btail[t] += b * xsum[t * ng + g];
             }
         }
+        UNROLL
         for (int t = 0; t < nt; t++) y[(long)(t0 + t) * w->rows + r] = hsum256(acc[t]) + btail[t];
     }
 }
@@ -242,16 +283,17 @@ INLINE void gemv_affine_nt(const weight *w, const float *x, float *y, int t0, in
 /* One specialization per (bits, nt) so the unpacker and token loops are constants. */
 #define AFFINE_NT(BITS, MX)                                                                     \
     switch (nt) {                                                                               \
-    case 1: gemv_affine_nt(w, x, y, t0, 1, r0, r1, xsum, &u, BITS, MX); break;                  \
-    case 2: gemv_affine_nt(w, x, y, t0, 2, r0, r1, xsum, &u, BITS, MX); break;                  \
-    case 3: gemv_affine_nt(w, x, y, t0, 3, r0, r1, xsum, &u, BITS, MX); break;                  \
-    default: gemv_affine_nt(w, x, y, t0, 4, r0, r1, xsum, &u, BITS, MX); break;                 \
+    case 1: gemv_affine_nt(w, x, y, t0, 1, r0, r1, xsum, srow, &u, BITS, MX); break;            \
+    case 2: gemv_affine_nt(w, x, y, t0, 2, r0, r1, xsum, srow, &u, BITS, MX); break;            \
+    case 3: gemv_affine_nt(w, x, y, t0, 3, r0, r1, xsum, srow, &u, BITS, MX); break;            \
+    default: gemv_affine_nt(w, x, y, t0, 4, r0, r1, xsum, srow, &u, BITS, MX); break;           \
     }
 
 static void gemv_quant(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
     const long n = (long)w->cols;
     const int mx = w->fmt == WF_MXFP4;
-    float *xsum = scratch; /* [GEMV_NT, cols / group] */
+    float *xsum = scratch;                                       /* [GEMV_NT, cols / group] */
+    float *srow = scratch + ((GEMV_NT * n / w->group + 15) & ~15L); /* [cols / group] */
     unpacker u = unpacker_for(mx ? 4 : w->bits);
     for (int t0 = 0; t0 < T; t0 += GEMV_NT) {
         int nt = T - t0 < GEMV_NT ? T - t0 : GEMV_NT;
