@@ -1,0 +1,34 @@
+/* engine/sample.h: the sampler behind celer_sampler (celer.h) and the pieces its
+ * tests look at: the PRNG and the filtered, renormalized candidate set.
+ *
+ * Order of operations, as llama.cpp's default chain: penalties (repeat, presence,
+ * frequency over the last penalty_last_n accepted tokens), then top-k, top-p, min-p
+ * on the distribution at temperature 1, then temperature over the survivors, then
+ * one draw. Every filter keeps at least one token. */
+#ifndef CELER_ENGINE_SAMPLE_H
+#define CELER_ENGINE_SAMPLE_H
+#include <stdint.h>
+
+#include "celer.h"
+
+/* xoshiro256** seeded through splitmix64: small, fast, and the same sequence on
+ * every platform for a given seed. */
+typedef struct {
+    uint64_t s[4];
+} sample_rng;
+
+void sample_rng_seed(sample_rng *r, uint64_t seed);
+uint64_t sample_rng_next(sample_rng *r);
+/* Uniform in [0, 1) with 53 random bits. */
+double sample_rng_uniform(sample_rng *r);
+
+/* Applies the penalties of smp's history to logits [n_vocab] in place. */
+void sample_apply_penalties(celer_sampler *smp, float *logits);
+
+/* The tokens that survive the filters for logits [n_vocab] (penalties applied
+ * first) and their probabilities after temperature, renormalized to sum to 1,
+ * in descending order of probability (ties: lower id first). ids and probs point
+ * into smp's buffers, valid until the next call on smp. Returns the count
+ * (>= 1). With temperature <= 0 the set is the argmax alone with probability 1. */
+int sample_candidates(celer_sampler *smp, const float *logits, const int32_t **ids, const float **probs);
+#endif
