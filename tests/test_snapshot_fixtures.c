@@ -4,7 +4,8 @@
  * reference); greedy output identical both ways; a snapshot at ref.json's branch,
  * seq_a continued, the snapshot restored and seq_b continued, both matching the
  * reference; the same through a cache file; 100 decode steps that allocate and
- * copy nothing. Llama also runs with an artificial sliding window (a rotating
+ * copy nothing; Llama/Qwen3 and the sliding-window families (Gemma 3/4, gpt-oss,
+ * EXAONE 4, whose rings wrap before the branch point). Llama also runs with an artificial sliding window (a rotating
  * cache compared with a dense one under the same mask), and bad cache files and
  * impossible rewinds must fail cleanly. */
 #include <stdlib.h>
@@ -14,8 +15,6 @@
 #include "fixture_util.h"
 #include "harness.h"
 
-static const char *const models[] = {"llama", "llama-q4", "qwen3", "qwen3-q4"};
-#define N_MODELS (int)(sizeof models / sizeof *models)
 
 static double max_diff(const float *a, const float *b, long n) {
     double m = 0;
@@ -214,6 +213,15 @@ static void llama(void) { check_model("llama"); }
 static void llama_q4(void) { check_model("llama-q4"); }
 static void qwen3(void) { check_model("qwen3"); }
 static void qwen3_q4(void) { check_model("qwen3-q4"); }
+/* sliding-window families (window 16; the branch point lies past it, so the
+ * snapshot is taken after the ring has wrapped) */
+static void gemma3(void) { check_model("gemma3"); }
+static void gemma3_q4(void) { check_model("gemma3-q4"); }
+static void exaone4(void) { check_model("exaone4"); }
+static void gpt_oss(void) { check_model("gpt_oss"); }
+static void gpt_oss_mxfp4(void) { check_model("gpt_oss-mxfp4"); }
+static void gemma4(void) { check_model("gemma4"); }
+static void gemma4_moe(void) { check_model("gemma4_moe"); }
 
 /* ---- an artificial window on Llama ---------------------------------------------------- */
 
@@ -330,11 +338,17 @@ static void bad_cache_files(void) {
 }
 
 int main(void) {
-    (void)N_MODELS;
     RUN(llama);
     RUN(llama_q4);
     RUN(qwen3);
     RUN(qwen3_q4);
+    RUN(gemma3);
+    RUN(gemma3_q4);
+    RUN(exaone4);
+    RUN(gpt_oss);
+    RUN(gpt_oss_mxfp4);
+    RUN(gemma4);
+    RUN(gemma4_moe);
     RUN(llama_window);
     RUN(bad_cache_files);
     return harness_done();

@@ -2,7 +2,9 @@
  * cache per layer (dense, or rotating where the layer plan names a window shorter
  * than the context), the tokens it has seen and the scratch for its largest batch;
  * eval splits long inputs into batches and prepares every cache before a forward
- * so that a failed allocation leaves the session as it was. */
+ * so that a failed allocation leaves the session as it was. A layer that reads
+ * another layer's cache (plan kv_source >= 0, Gemma 4 KV sharing) keeps an empty
+ * cache of its own that is never written. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,7 +122,7 @@ int celer_session_eval(celer_session *s, const int32_t *tok, int n, float *logit
         int last_chunk = i + T == n;
         int want_all = logits && all_rows;
         for (int l = 0; l < m->cfg.n_layers; l++)
-            if (kv_prepare(s->caches[l], s->pos, T) != 0) {
+            if (m->plan[l].kv_source < 0 && kv_prepare(s->caches[l], s->pos, T) != 0) {
                 err_prefix("layer %d", l);
                 celer_session_rewind(s, start);
                 return -1;

@@ -203,6 +203,12 @@ static int write_snapshots(const celer_model *cm, const celer_snapshot *const *s
             const kv_cache *c = sn->caches[l];
             attn_kv view;
             kv_view(c, &view);
+            static const float none_f[1];
+            static const int32_t none_i[1];
+            if (!view.k) { /* no rows (never written): st_write wants a pointer all the same */
+                view.k = view.v = none_f;
+                view.pos = none_i;
+            }
             snprintf(names + (size_t)nt * 32, 32, "e%d.l%d.k", e, l);
             ADD(ST_F32, view.k, 3, c->n, c->n_kv, c->head_dim);
             snprintf(names + (size_t)nt * 32, 32, "e%d.l%d.v", e, l);
@@ -379,8 +385,9 @@ static celer_snapshot *read_entry(const celer_model *cm, const st_file *f, const
         if (!(ps = want_tensor(f, name, ST_I32, 1, sh))) goto fail;
         int n = (int)k->shape[0];
         const int32_t *pos = ps->data;
-        if (n > P || (!rotating && n != P)) {
-            err_set("layer %d holds %d rows for %d tokens", l, n, P);
+        int want = p->kv_source >= 0 ? 0 : P; /* a KV-sharing layer holds no rows of its own */
+        if (n > want || (!rotating && n != want)) {
+            err_set("layer %d holds %d rows for %d tokens%s", l, n, P, p->kv_source >= 0 ? " (it reads another layer's cache)" : "");
             goto fail;
         }
         for (int i = 0; i < n; i++)
@@ -389,7 +396,7 @@ static celer_snapshot *read_entry(const celer_model *cm, const st_file *f, const
                 goto fail;
             }
         if (kv_set_rows(snap->caches[l], k->data, v->data, pos, n) != 0 || !kv_sane(snap->caches[l]) ||
-            kv_can_truncate(snap->caches[l], P) != 0) {
+            (want && kv_can_truncate(snap->caches[l], P) != 0)) {
             err_prefix("layer %d", l);
             goto fail;
         }
