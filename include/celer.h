@@ -75,6 +75,54 @@ int celer_session_rewind(celer_session *s, int n);
 int celer_generate_greedy(celer_session *s, const int32_t *prompt, int n_prompt, int n_gen,
                           int32_t stop_token, int32_t *out);
 
+/* ---- Sampling (llama.cpp's knobs) --------------------------------------------
+ * A sampler turns logits into a token: penalties over a window of recent tokens,
+ * then (when temperature > 0) top-k, top-p, min-p, temperature, and a draw from
+ * its own seeded RNG; temperature <= 0 is argmax of the penalized logits (lowest
+ * id on ties). The same seed, parameters and token history give the same picks. */
+typedef struct celer_sampler celer_sampler;
+
+typedef struct {
+    float temperature;        /* <= 0: greedy */
+    int top_k;                /* keep the k most likely; <= 0: off */
+    float top_p;              /* keep the smallest set with mass >= top_p; >= 1: off */
+    float min_p;              /* keep p >= min_p * p_max; <= 0: off */
+    float repeat_penalty;     /* logit / r if > 0 else logit * r, per recent token; 1: off */
+    float presence_penalty;   /* logit -= presence, per distinct recent token; 0: off */
+    float frequency_penalty;  /* logit -= frequency * count in the window; 0: off */
+    int penalty_last_n;       /* recent tokens the penalties look at; 0: none */
+    uint64_t seed;
+    const int32_t *stop;      /* token ids that end generation (copied), or NULL */
+    int n_stop;
+} celer_sampler_params;
+
+/* Fills p with the defaults: greedy (temperature 0); llama.cpp's filter values for
+ * when temperature is raised (top_k 40, top_p 0.95, min_p 0.05); penalties off with
+ * a window of 64; seed 0; no stop tokens. */
+void celer_sampler_params_default(celer_sampler_params *p);
+/* A sampler for logits of n_vocab entries. All buffers are allocated here, so
+ * sampling allocates nothing. NULL on error (bad parameters, out of memory). */
+celer_sampler *celer_sampler_new(const celer_sampler_params *p, int n_vocab);
+void celer_sampler_free(celer_sampler *smp);
+/* Picks a token from logits [n_vocab] (read only). Does not add it to the
+ * history: call celer_sampler_accept for that. */
+int32_t celer_sampler_sample(celer_sampler *smp, const float *logits);
+/* Adds a token (prompt or generated) to the penalty window. */
+void celer_sampler_accept(celer_sampler *smp, int32_t token);
+/* 1 when token is one of the stop tokens. */
+int celer_sampler_is_stop(const celer_sampler *smp, int32_t token);
+/* Empties the history and restarts the RNG from seed. */
+void celer_sampler_reset(celer_sampler *smp, uint64_t seed);
+
+/* Sampled generation: feeds prompt (its tokens also enter the penalty window),
+ * then generates up to n_gen tokens into out (may be NULL), stopping after a stop
+ * token of smp or after stop_token when >= 0 (the stop token is the last one
+ * written). on_token, when not NULL, sees each token as it is picked and ends
+ * generation early by returning nonzero. Returns the number generated, or -1. */
+int celer_generate_sampled(celer_session *s, celer_sampler *smp, const int32_t *prompt, int n_prompt,
+                           int n_gen, int32_t stop_token, int32_t *out,
+                           int (*on_token)(int32_t token, void *ctx), void *ctx);
+
 /* ---- KV cache: statistics, snapshots, cache files, prompt cache --------------
  * (docs/kv-cache.md). A snapshot shares the session's cache buffers (O(1): no row
  * is copied); the session keeps writing in place where no snapshot can see, and
