@@ -71,10 +71,16 @@ run: $(B)/celer
 	@[ -f $(B)/tiny/model.safetensors ] || $(B)/celer synth --shape tiny -o $(B)/tiny
 	$(B)/celer generate -m $(B)/tiny --tokens 1,2,3,4 -n 24
 
+# Kernel micro-benchmarks (bench/*.c): `make bench`, then e.g. build/bench_mm -f q4 -t 2.
+BENCHES := $(patsubst bench/%.c,$(B)/%,$(wildcard bench/*.c))
+bench: $(BENCHES)
+$(B)/bench_%: bench/bench_%.c $(B)/libceler.a
+	$(CC) $(CFLAGS) -o $@ $< $(B)/libceler.a $(LDLIBS)
+
 clean:
 	rm -rf build build-san
 
-.PHONY: all deps tests test run clean
+.PHONY: all deps tests test run clean bench
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 
 # ---- CUDA (built where nvcc exists; `make test-cuda` runs on a machine with a GPU) ----
