@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/json.h"
+#include "engine/engine.h"
 #include "fixture_util.h"
 #include "harness.h"
 #include "io/safetensors.h"
@@ -244,6 +245,30 @@ static void expect_config_error(const char *fixture, void (*edit)(json_t *), con
     st_close(f);
 }
 
+/* EXAONE 4 1.2B: no sliding_window, so every layer is global and uses RoPE (the
+ * pattern key, if any, is ignored as transformers does). */
+static void no_window(json_t *c) { json_object_set_new(c, "sliding_window", json_null()); }
+
+static void exaone4_without_window(void) {
+    json_t *c = load_config("exaone4");
+    st_file *f = load_weights("exaone4");
+    if (!c || !f) { CHECK(0, "cannot read exaone4"); return; }
+    no_window(c);
+    tensor_set s = {0};
+    for (int i = 0; i < f->n; i++) ts_add(&s, f->t[i].name, f->t[i].dtype, f->t[i].ndim, f->t[i].shape, f->t[i].data, 0);
+    const char *dir = tmp_dir("exaone4_1b");
+    CHECK(write_ckpt(dir, c, &s) == 0, "write: %s", celer_last_error());
+    celer_model *m = celer_model_open(dir, 1);
+    CHECK(m != NULL, "%s", celer_last_error());
+    for (int l = 0; m && l < m->m->cfg.n_layers; l++)
+        CHECK(m->m->plan[l].rope == 0 && m->m->plan[l].window == 0, "layer %d: rope %d window %d", l, m->m->plan[l].rope,
+              m->m->plan[l].window);
+    celer_model_free(m);
+    ts_free(&s);
+    json_decref(c);
+    st_close(f);
+}
+
 static void set_gelu(json_t *c) { json_object_set_new(c, "hidden_activation", json_string("gelu")); }
 static void set_bidir(json_t *c) { json_object_set_new(c, "use_bidirectional_attention", json_true()); }
 static void set_chunked(json_t *c) { json_array_set_new(json_object_get(c, "layer_types"), 1, json_string("chunked_attention")); }
@@ -374,6 +399,7 @@ int main(void) {
     RUN(gemma3_multimodal_legacy);
     RUN(exaone4_pattern_legacy);
     RUN(gpt_oss_mlx_layout);
+    RUN(exaone4_without_window);
     RUN(config_errors);
     RUN(expert_weight_errors);
     cleanup();
