@@ -1,16 +1,96 @@
-/* engine/batch.c: one step over several sessions (continuous batching). Today each
- * session runs its own forward in turn; the contract (all advance or none) is what the
- * server builds on while the shared-matmul forward is written (docs/engine-core.md). */
-#include "base/err.h"
-#include "celer.h"
+/* engine/batch.c: one step over several sessions (continuous batching). Sessions
+ * whose new tokens fit one batch run as one forward (model_forward_batch): the
+ * matrix products cover every session's rows, so a decode step of n conversations
+ * reads the weights once instead of n times. Longer inputs fall back to each
+ * session's own chunked eval. All sessions advance, or none (barring a failed
+ * rewind of a rotating cache after an out-of-memory error, reported as such). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-int celer_batch_eval(celer_session *const *sessions, const int32_t *const *tokens, const int *n_tokens, int n) {
+#include "base/err.h"
+#include "base/mem.h"
+#include "celer.h"
+#include "engine/engine.h"
+
+/* Prepares every cache of session s for T rows (as session eval does), so that the
+ * forward cannot fail half-way on memory. */
+static int prepare(celer_session *s, int T) {
+    const model *m = s->cm->m;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (m->plan[l].kv_source < 0 && kv_prepare(s->caches[l], s->pos, T) != 0) return err_prefix("layer %d", l);
+    return 0;
+}
+
+/* One forward over sessions [0, n) whose tokens total at most the scratch's rows. */
+static int run_group(celer_session *const *ss, const int32_t *const *tok, const int *nt, int n, model_scratch *scr,
+                     fwd_seq *seqs, int32_t *flat) {
+    model *m = ss[0]->cm->m;
+    const int V = m->cfg.vocab;
+    int r = 0;
     for (int i = 0; i < n; i++) {
-        if (celer_session_eval(sessions[i], tokens[i], n_tokens[i], NULL, 0) != 0) {
-            err_prefix("batch: session %d of %d", i, n);
-            for (int k = 0; k < i; k++) celer_session_rewind(sessions[k], celer_session_pos(sessions[k]) - n_tokens[k]);
-            return -1;
-        }
+        if (prepare(ss[i], nt[i]) != 0) return err_prefix("batch: session %d", i);
+        seqs[i] = (fwd_seq){ss[i]->caches, nt[i], ss[i]->pos};
+        memcpy(flat + r, tok[i], (size_t)nt[i] * sizeof *flat);
+        r += nt[i];
+    }
+    if (model_forward_batch(m, seqs, n, scr, flat, 0) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        celer_session *s = ss[i];
+        memcpy(s->tokens + s->pos, tok[i], (size_t)nt[i] * sizeof *tok[i]);
+        s->pos += nt[i];
+        memcpy(s->last, scr->logits + (size_t)i * V, (size_t)V * sizeof(float));
+        s->has_logits = 1;
     }
     return 0;
+}
+
+int celer_batch_eval(celer_session *const *sessions, const int32_t *const *tokens, const int *n_tokens, int n) {
+    if (n <= 0) return 0;
+    const celer_model *cm = sessions[0]->cm;
+    for (int i = 0; i < n; i++) {
+        const celer_session *s = sessions[i];
+        if (s->cm != cm) return err_set("batch: session %d belongs to another model", i);
+        for (int j = 0; j < i; j++)
+            if (sessions[j] == s) return err_set("batch: session %d appears twice (also at %d)", i, j);
+        if (n_tokens[i] <= 0) return err_set("batch: session %d has no tokens", i);
+        if (s->pos + n_tokens[i] > s->ctx)
+            return err_set("batch: session %d: context full: %d cached + %d new tokens exceed the context size %d",
+                           i, s->pos, n_tokens[i], s->ctx);
+        for (int t = 0; t < n_tokens[i]; t++)
+            if (tokens[i][t] < 0 || tokens[i][t] >= cm->m->cfg.vocab)
+                return err_set("batch: session %d: token id %d is out of range (vocab size %d)", i, tokens[i][t],
+                               cm->m->cfg.vocab);
+    }
+    model_scratch *scr = sessions[0]->scratch;
+    int *start = mem_alloc((size_t)n * sizeof *start, "batch");
+    fwd_seq *seqs = mem_alloc((size_t)n * sizeof *seqs, "batch");
+    int32_t *flat = mem_alloc((size_t)scr->max_T * sizeof *flat, "batch");
+    int rc = (start && seqs && flat) ? 0 : -1;
+    for (int i = 0; i < n && rc == 0; i++) start[i] = sessions[i]->pos;
+    /* groups of consecutive sessions that fit the scratch; a session too long for it
+     * runs alone through its own chunked eval */
+    for (int i = 0; i < n && rc == 0;) {
+        if (n_tokens[i] > scr->max_T) {
+            rc = celer_session_eval(sessions[i], tokens[i], n_tokens[i], NULL, 0);
+            i++;
+            continue;
+        }
+        int j = i, rows = 0;
+        while (j < n && n_tokens[j] <= scr->max_T && rows + n_tokens[j] <= scr->max_T) rows += n_tokens[j++];
+        rc = run_group(sessions + i, tokens + i, n_tokens + i, j - i, scr, seqs, flat);
+        i = j;
+    }
+    if (rc != 0 && start) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", err_msg());
+        for (int i = 0; i < n; i++)
+            if (sessions[i]->pos > start[i] && celer_session_rewind(sessions[i], start[i]) != 0)
+                snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " (session %d could not be rewound)", i);
+        err_set("%s", msg);
+    }
+    free(start);
+    free(seqs);
+    free(flat);
+    return rc;
 }

@@ -82,7 +82,7 @@ static void per_layer_inputs(model *m, model_scratch *s, const int32_t *tok, int
  *   k = rope(k_norm(Wk h + bk)); v = v_norm(Wv h + bv, or the raw k when K equals V);
  *   o = Wo attn(q, cache) + bo; x += post_norm(o) (sandwich/post plans) or o.
  * A layer that shares another's cache computes only q and reads that cache. */
-static int attention_block(model *m, kv_cache **caches, model_scratch *s, int l, int T) {
+static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, int l, int T) {
     const model_config *c = &m->cfg;
     const layer_plan *p = &m->plan[l];
     const layer_weights *w = &m->lw[l];
@@ -116,12 +116,16 @@ static int attention_block(model *m, kv_cache **caches, model_scratch *s, int l,
         if (p->qk_norm) op->rmsnorm(b, s->k, w->k_norm, s->k, T * p->n_kv, p->head_dim, c->eps, c->norm_plus_one);
         if (p->v_norm) op->rmsnorm(b, s->v, NULL, s->v, T * p->n_kv, p->head_dim, c->eps, 0);
         if (rope) op->rope(b, s->k, T, p->n_kv, p->head_dim, s->pos, rope);
-        if (kv_append(caches[l], s->k, s->v, s->pos, T) != 0) return -1;
     }
-    attn_kv kv;
-    kv_view(caches[src], &kv);
+    /* each sequence writes its rows into its own cache and attends over it */
     attn_params ap = {p->n_heads, p->n_kv, p->head_dim, p->attn_scale, p->window, p->attn_softcap, w->sinks};
-    op->attention(b, s->q, s->pos, T, &kv, &ap, s->att);
+    for (int i = 0, r = 0; i < n_seqs; r += seqs[i++].T) {
+        const int Ti = seqs[i].T;
+        if (src == l && kv_append(seqs[i].caches[l], s->k + r * kd, s->v + r * kd, s->pos + r, Ti) != 0) return -1;
+        attn_kv kv;
+        kv_view(seqs[i].caches[src], &kv);
+        op->attention(b, s->q + r * qd, s->pos + r, Ti, &kv, &ap, s->att + r * qd);
+    }
     op->matmul(b, &w->wo, s->att, s->xn, T);
     add_bias(b, s->xn, w->bo, T, H);
     if (w->attn_post_norm) op->rmsnorm(b, s->xn, w->attn_post_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
@@ -213,19 +217,26 @@ static void per_layer_input_block(model *m, model_scratch *s, int l, int T) {
     op->add(b, s->x, s->xn, T * H);
 }
 
-int model_forward(model *m, kv_cache **caches, model_scratch *s, const int32_t *tok, int T, int past, int all) {
+int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, const int32_t *tok, int all) {
     const model_config *c = &m->cfg;
     backend *b = m->be;
     const backend_ops *op = b->ops;
     const long H = c->hidden;
-    if (T <= 0 || T > s->max_T) return err_set("forward: %d tokens (this session takes 1..%d at once)", T, s->max_T);
-    for (int t = 0; t < T; t++) {
-        if (tok[t] < 0 || tok[t] >= c->vocab)
-            return err_set("token id %d at input position %d is out of range (vocab size %d)", tok[t], past + t, c->vocab);
-        if (c->ple_dim > 0 && tok[t] >= c->ple_vocab)
-            return err_set("token id %d at input position %d is out of the per-layer table (%d rows)", tok[t], past + t, c->ple_vocab);
-        s->pos[t] = past + t;
+    int T = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        if (seqs[i].T <= 0) return err_set("forward: sequence %d has no tokens", i);
+        T += seqs[i].T;
     }
+    if (n_seqs <= 0 || T > s->max_T) return err_set("forward: %d tokens (this session takes 1..%d at once)", T, s->max_T);
+    for (int i = 0, r = 0; i < n_seqs; i++)
+        for (int t = 0; t < seqs[i].T; t++, r++) {
+            const int at = seqs[i].past + t;
+            if (tok[r] < 0 || tok[r] >= c->vocab)
+                return err_set("token id %d at input position %d is out of range (vocab size %d)", tok[r], at, c->vocab);
+            if (c->ple_dim > 0 && tok[r] >= c->ple_vocab)
+                return err_set("token id %d at input position %d is out of the per-layer table (%d rows)", tok[r], at, c->ple_vocab);
+            s->pos[r] = at;
+        }
 
     /* x = embed(tok) * embed_scale; per-layer inputs read this scaled embedding */
     op->embed(b, &m->embed, tok, T, c->embed_scale, s->x);
@@ -233,8 +244,9 @@ int model_forward(model *m, kv_cache **caches, model_scratch *s, const int32_t *
 
     for (int l = 0; l < c->n_layers; l++) {
         const layer_plan *p = &m->plan[l];
-        if (attention_block(m, caches, s, l, T) != 0) {
-            for (int i = 0; i < l; i++) kv_truncate(caches[i], past);
+        if (attention_block(m, seqs, n_seqs, s, l, T) != 0) {
+            for (int i = 0; i < n_seqs; i++)
+                for (int j = 0; j <= l; j++) kv_truncate(seqs[i].caches[j], seqs[i].past);
             return err_prefix("layer %d", l);
         }
         ffn_block(m, s, l, T);
@@ -242,11 +254,23 @@ int model_forward(model *m, kv_cache **caches, model_scratch *s, const int32_t *
         if (p->layer_scalar) op->scale(b, s->x, T * H, m->lw[l].layer_scalar);
     }
 
-    /* logits = softcap(lm_head(norm(x))) for every row, or only the last */
-    const float *xs = all ? s->x : s->x + (long)(T - 1) * H;
-    int R = all ? T : 1;
-    op->rmsnorm(b, xs, m->final_norm, s->xn, R, (int)H, c->eps, c->norm_plus_one);
+    /* logits = softcap(lm_head(norm(x))) for every row, or the last of each sequence */
+    int R = T;
+    if (all) {
+        op->rmsnorm(b, s->x, m->final_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
+    } else {
+        R = n_seqs;
+        for (int i = 0, r = 0; i < n_seqs; i++) {
+            r += seqs[i].T;
+            op->rmsnorm(b, s->x + (long)(r - 1) * H, m->final_norm, s->xn + (long)i * H, 1, (int)H, c->eps, c->norm_plus_one);
+        }
+    }
     op->matmul(b, &m->lm_head, s->xn, s->logits, R);
     if (c->final_softcap > 0) op->softcap(b, s->logits, (long)R * c->vocab, c->final_softcap);
     return 0;
+}
+
+int model_forward(model *m, kv_cache **caches, model_scratch *s, const int32_t *tok, int T, int past, int all) {
+    const fwd_seq one = {caches, T, past};
+    return model_forward_batch(m, &one, 1, s, tok, all);
 }

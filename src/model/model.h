@@ -212,6 +212,20 @@ void model_scratch_free(model_scratch *s);
  * last only into s->logits. -1 (caches unchanged past what was appended) on error. */
 int model_forward(model *m, kv_cache **caches, model_scratch *s, const int32_t *tok, int T, int past, int all);
 
+/* One sequence of a batched forward: T consecutive rows of the batch's tokens. */
+typedef struct {
+    kv_cache **caches;   /* [n_layers] its caches */
+    int T;               /* its rows in this batch */
+    int past;            /* tokens already in its caches (its first row's position) */
+} fwd_seq;
+
+/* Runs several sequences (their tokens concatenated in tok, sum of T <= max_T) as one
+ * forward: every row-wise stage and matrix product covers all rows at once; cache
+ * writes and attention run per sequence on its own caches. Logits: every row (all)
+ * or the last row of each sequence, in sequence order. On error every sequence's
+ * caches are taken back to their `past`. model_forward is the one-sequence case. */
+int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, const int32_t *tok, int all);
+
 /* Weight binding helpers for family code and model.c: "<prefix><name>" tensors. */
 int model_bind(model *m, weight *w, const char *module, int64_t rows, int64_t cols);
 int model_vec(model *m, float **out, const char *name, int64_t n);
