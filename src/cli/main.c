@@ -13,6 +13,7 @@ static const struct {
     {"logits", cmd_logits, "write the logits after every input token to a safetensors file"},
     {"bench", cmd_bench, "measure prefill and decode speed (llama-bench style)"},
     {"synth", cmd_synth, "write a random-weight checkpoint of a published model's shape"},
+    {"cache", cmd_cache, "evaluate tokens from and/or into a KV cache file (--load-cache, --save-cache)"},
 };
 
 static void usage(FILE *f) {
