@@ -13,6 +13,9 @@ static const struct {
     {"logits", cmd_logits, "write the logits after every input token to a safetensors file"},
     {"bench", cmd_bench, "measure prefill and decode speed (llama-bench style)"},
     {"synth", cmd_synth, "write a random-weight checkpoint of a published model's shape"},
+    {"tokenize", cmd_tokenize, "text (JSON strings, one per line) to token ids"},
+    {"detokenize", cmd_detokenize, "token ids (JSON arrays, one per line) to text"},
+    {"chat-template", cmd_chat_template, "render the tokenizer's chat template for a list of messages"},
     {"cache", cmd_cache, "evaluate tokens from and/or into a KV cache file (--load-cache, --save-cache)"},
 };
 

@@ -38,11 +38,20 @@ int tk_bpe_parse(tk_bpe *b, const tj_val *model, const char *where) {
     b->cont_prefix = dup_str(tj_get(model, "continuing_subword_prefix"));
     b->eow_suffix = dup_str(tj_get(model, "end_of_word_suffix"));
     if (tk_strmap_init(&b->vocab, vocab->n)) return -1;
-    for (uint32_t i = 0; i < vocab->n; i++) {
-        const tj_val *k = &vocab->u.items[2 * i], *id = &vocab->u.items[2 * i + 1];
-        if (id->type != TJ_NUM || id->u.num < 0 || id->u.num > 2e9 || id->u.num != (double)(int32_t)id->u.num)
-            return err_set("%s: model.vocab[\"%.40s\"] is not a token id", where, k->u.s);
-        if (tk_strmap_put(&b->vocab, k->u.s, k->n, (int32_t)id->u.num)) return -1;
+    uint64_t hs[64];
+    for (uint32_t i0 = 0; i0 < vocab->n; i0 += 64) {
+        uint32_t nb = vocab->n - i0 < 64 ? vocab->n - i0 : 64;
+        for (uint32_t j = 0; j < nb; j++) {
+            const tj_val *k = &vocab->u.items[2 * (i0 + j)];
+            hs[j] = tk_hash(k->u.s, k->n);
+            tk_strmap_prefetch(&b->vocab, hs[j]);
+        }
+        for (uint32_t j = 0; j < nb; j++) {
+            const tj_val *k = &vocab->u.items[2 * (i0 + j)], *id = k + 1;
+            if (id->type != TJ_NUM || id->u.num < 0 || id->u.num > 2e9 || id->u.num != (double)(int32_t)id->u.num)
+                return err_set("%s: model.vocab[\"%.40s\"] is not a token id", where, k->u.s);
+            if (tk_strmap_put_h(&b->vocab, k->u.s, k->n, (int32_t)id->u.num, hs[j])) return -1;
+        }
     }
     for (int i = 0; i < 256; i++) {
         char name[8];
@@ -56,39 +65,73 @@ int tk_bpe_parse(tk_bpe *b, const tj_val *model, const char *where) {
     }
     uint32_t nm = merges ? merges->n : 0;
     if (tk_u64map_init(&b->merges, nm)) return -1;
-    char buf[1024];
-    for (uint32_t r = 0; r < nm; r++) {
-        const tj_val *m = &merges->u.items[r];
-        const char *a, *c;
-        size_t an, cn;
-        if (m->type == TJ_STR) {
-            const char *sp = memchr(m->u.s, ' ', m->n);
-            /* "a b": split at the first space after the first byte, as tokenizers does */
-            if (m->n > 1) sp = memchr(m->u.s + 1, ' ', m->n - 1);
-            if (!sp) return err_set("%s: model.merges[%u] \"%.40s\" is not \"a b\"", where, r, m->u.s);
-            a = m->u.s;
-            an = (size_t)(sp - m->u.s);
-            c = sp + 1;
-            cn = m->n - an - 1;
-        } else if (m->type == TJ_ARR && m->n == 2 && m->u.items[0].type == TJ_STR && m->u.items[1].type == TJ_STR) {
-            a = m->u.items[0].u.s;
-            an = m->u.items[0].n;
-            c = m->u.items[1].u.s;
-            cn = m->u.items[1].n;
-        } else return err_set("%s: model.merges[%u] is neither \"a b\" nor [\"a\", \"b\"]", where, r);
-        int32_t ia = tk_strmap_get(&b->vocab, a, an), ic = tk_strmap_get(&b->vocab, c, cn);
-        if (ia < 0 || ic < 0)
-            return err_set("%s: model.merges[%u]: \"%.*s\" is not in the vocab", where, r, (int)(ia < 0 ? an : cn),
-                           ia < 0 ? a : c);
-        if (an + cn > sizeof buf) return err_set("%s: model.merges[%u] is too long", where, r);
-        memcpy(buf, a, an);
-        memcpy(buf + an, c, cn);
-        int32_t im = tk_strmap_get(&b->vocab, buf, an + cn);
-        if (im < 0) return err_set("%s: model.merges[%u]: merged token \"%.*s\" is not in the vocab", where, r, (int)(an + cn), buf);
+    /* Merges resolve in blocks: hash every string of a block and prefetch its slots
+     * first, then look them up; the vocab table is far larger than the caches. */
+    enum { BLK = 64 };
+    struct { const char *a, *c; size_t an, cn; uint64_t ha, hc, hm; size_t moff; } q[BLK];
+    char *buf = malloc(BLK * 1024);
+    if (!buf) return err_set("out of memory");
+    for (uint32_t r0 = 0; r0 < nm; r0 += BLK) {
+        uint32_t nb = nm - r0 < BLK ? nm - r0 : BLK;
+        size_t boff = 0;
+        for (uint32_t j = 0; j < nb; j++) {
+            uint32_t r = r0 + j;
+            const tj_val *m = &merges->u.items[r];
+            if (m->type == TJ_STR) {
+                /* "a b": split at the first space after the first byte */
+                const char *sp = m->n > 1 ? memchr(m->u.s + 1, ' ', m->n - 1) : NULL;
+                if (!sp) { free(buf); return err_set("%s: model.merges[%u] \"%.40s\" is not \"a b\"", where, r, m->u.s); }
+                q[j].a = m->u.s;
+                q[j].an = (size_t)(sp - m->u.s);
+                q[j].c = sp + 1;
+                q[j].cn = m->n - q[j].an - 1;
+            } else if (m->type == TJ_ARR && m->n == 2 && m->u.items[0].type == TJ_STR && m->u.items[1].type == TJ_STR) {
+                q[j].a = m->u.items[0].u.s;
+                q[j].an = m->u.items[0].n;
+                q[j].c = m->u.items[1].u.s;
+                q[j].cn = m->u.items[1].n;
+            } else {
+                free(buf);
+                return err_set("%s: model.merges[%u] is neither \"a b\" nor [\"a\", \"b\"]", where, r);
+            }
+            if (q[j].an + q[j].cn > 1024) { free(buf); return err_set("%s: model.merges[%u] is too long", where, r); }
+            memcpy(buf + boff, q[j].a, q[j].an);
+            memcpy(buf + boff + q[j].an, q[j].c, q[j].cn);
+            q[j].moff = boff;
+            boff += q[j].an + q[j].cn;
+            q[j].ha = tk_hash(q[j].a, q[j].an);
+            q[j].hc = tk_hash(q[j].c, q[j].cn);
+            q[j].hm = tk_hash(buf + q[j].moff, q[j].an + q[j].cn);
+            tk_strmap_prefetch(&b->vocab, q[j].ha);
+            tk_strmap_prefetch(&b->vocab, q[j].hc);
+            tk_strmap_prefetch(&b->vocab, q[j].hm);
+        }
+        uint64_t keys[BLK], vals[BLK];
+        for (uint32_t j = 0; j < nb; j++) {
+            uint32_t r = r0 + j;
+            int32_t ia = tk_strmap_get_h(&b->vocab, q[j].a, q[j].an, q[j].ha);
+            int32_t ic = tk_strmap_get_h(&b->vocab, q[j].c, q[j].cn, q[j].hc);
+            if (ia < 0 || ic < 0) {
+                free(buf);
+                return err_set("%s: model.merges[%u]: \"%.*s\" is not in the vocab", where, r,
+                               (int)(ia < 0 ? q[j].an : q[j].cn), ia < 0 ? q[j].a : q[j].c);
+            }
+            size_t mn = q[j].an + q[j].cn;
+            int32_t im = tk_strmap_get_h(&b->vocab, buf + q[j].moff, mn, q[j].hm);
+            if (im < 0) {
+                err_set("%s: model.merges[%u]: merged token \"%.*s\" is not in the vocab", where, r, (int)mn, buf + q[j].moff);
+                free(buf);
+                return -1;
+            }
+            keys[j] = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ic;
+            vals[j] = (uint64_t)r << 32 | (uint32_t)im;
+            tk_u64map_prefetch(&b->merges, keys[j]);
+        }
         /* a repeated pair keeps its last rank, as tokenizers' HashMap collect does */
-        uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ic;
-        if (tk_u64map_put(&b->merges, key, (uint64_t)r << 32 | (uint32_t)im)) return -1;
+        for (uint32_t j = 0; j < nb; j++)
+            if (tk_u64map_put(&b->merges, keys[j], vals[j])) { free(buf); return -1; }
     }
+    free(buf);
     return 0;
 }
 

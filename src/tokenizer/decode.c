@@ -289,8 +289,12 @@ const char *celer_detok_flush(celer_detok *d, size_t *len) {
     char *s = celer_detokenize(d->t, d->ids, d->n, d->skip_special, &sn);
     if (!s) return NULL;
     const char *r;
-    if (sn > d->prefix_n && !memcmp(s, d->prefix, d->prefix_n)) r = detok_emit(d, s + d->prefix_n, sn - d->prefix_n, len);
-    else r = detok_emit(d, "", 0, len);
+    if (sn < d->prefix_n || memcmp(s, d->prefix, d->prefix_n)) {
+        free(s);
+        err_set("streaming decode: the text of earlier tokens changed (decoder is not prefix-stable)");
+        return NULL;
+    }
+    r = detok_emit(d, s + d->prefix_n, sn - d->prefix_n, len);
     free(s);
     if (r) {
         /* everything is out now */

@@ -61,14 +61,21 @@ typedef struct {
     uint64_t *koff;     /* [n]: offset << 24 | length (length < 16M) */
     int32_t *val;       /* [n] */
     uint32_t n, cap_e;
-    uint32_t *slot;     /* [mask+1]: entry index + 1, 0 = empty */
+    uint64_t *slot;     /* [mask+1]: hash tag << 32 | (entry index + 1), 0 = empty */
     uint32_t mask;
 } tk_strmap;
 int tk_strmap_init(tk_strmap *m, uint32_t expect);
 /* Adds key -> v (replacing an existing key's value). -1 when out of memory. */
 int tk_strmap_put(tk_strmap *m, const char *k, size_t n, int32_t v);
+/* The same with the key's tk_hash already computed. */
+int tk_strmap_put_h(tk_strmap *m, const char *k, size_t n, int32_t v, uint64_t h);
 /* Value or -1. */
 int32_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n);
+/* The same with the key's tk_hash already computed. */
+int32_t tk_strmap_get_h(const tk_strmap *m, const char *k, size_t n, uint64_t h);
+static inline void tk_strmap_prefetch(const tk_strmap *m, uint64_t h) {
+    if (m->slot) __builtin_prefetch(&m->slot[(uint32_t)h & m->mask]);
+}
 void tk_strmap_free(tk_strmap *m);
 
 /* uint64 -> uint64 */
@@ -79,6 +86,11 @@ typedef struct {
 } tk_u64map;
 int tk_u64map_init(tk_u64map *m, uint32_t expect);
 int tk_u64map_put(tk_u64map *m, uint64_t k, uint64_t v);
+static inline void tk_u64map_prefetch(const tk_u64map *m, uint64_t k) {
+    uint32_t i = (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;
+    __builtin_prefetch(&m->keys[i], 1);
+    __builtin_prefetch(&m->vals[i], 1);
+}
 /* 1 and *v when found, else 0. */
 static inline int tk_u64map_get(const tk_u64map *m, uint64_t k, uint64_t *v) {
     if (!m->keys) return 0;

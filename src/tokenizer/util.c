@@ -150,26 +150,29 @@ static inline int strmap_eq(const tk_strmap *m, uint32_t e, const char *k, size_
     return (ko & 0xFFFFFF) == n && memcmp(m->pool + (ko >> 24), k, n) == 0;
 }
 
-int32_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n) {
+int32_t tk_strmap_get_h(const tk_strmap *m, const char *k, size_t n, uint64_t h) {
     if (!m->slot) return -1;
-    uint32_t i = (uint32_t)tk_hash(k, n) & m->mask;
+    uint32_t i = (uint32_t)h & m->mask, tag = (uint32_t)(h >> 32);
     for (;;) {
-        uint32_t s = m->slot[i];
+        uint64_t s = m->slot[i];
         if (!s) return -1;
-        if (strmap_eq(m, s - 1, k, n)) return m->val[s - 1];
+        if ((uint32_t)(s >> 32) == tag && strmap_eq(m, (uint32_t)s - 1, k, n)) return m->val[(uint32_t)s - 1];
         i = (i + 1) & m->mask;
     }
 }
 
+int32_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n) { return tk_strmap_get_h(m, k, n, tk_hash(k, n)); }
+
 static int strmap_grow(tk_strmap *m) {
     uint32_t cap = (m->mask + 1) * 2;
-    uint32_t *ns = calloc(cap, sizeof *ns);
+    uint64_t *ns = calloc(cap, sizeof *ns);
     if (!ns) return -1;
     for (uint32_t e = 0; e < m->n; e++) {
         uint64_t ko = m->koff[e];
-        uint32_t i = (uint32_t)tk_hash(m->pool + (ko >> 24), ko & 0xFFFFFF) & (cap - 1);
+        uint64_t h = tk_hash(m->pool + (ko >> 24), ko & 0xFFFFFF);
+        uint32_t i = (uint32_t)h & (cap - 1);
         while (ns[i]) i = (i + 1) & (cap - 1);
-        ns[i] = e + 1;
+        ns[i] = (h >> 32) << 32 | (e + 1);
     }
     free(m->slot);
     m->slot = ns;
@@ -177,13 +180,15 @@ static int strmap_grow(tk_strmap *m) {
     return 0;
 }
 
-int tk_strmap_put(tk_strmap *m, const char *k, size_t n, int32_t v) {
+int tk_strmap_put(tk_strmap *m, const char *k, size_t n, int32_t v) { return tk_strmap_put_h(m, k, n, v, tk_hash(k, n)); }
+
+int tk_strmap_put_h(tk_strmap *m, const char *k, size_t n, int32_t v, uint64_t h) {
     if (n >= (1u << 24)) return err_set("token of %zu bytes is too long", n);
-    uint32_t i = (uint32_t)tk_hash(k, n) & m->mask;
+    uint32_t i = (uint32_t)h & m->mask, tag = (uint32_t)(h >> 32);
     for (;;) {
-        uint32_t s = m->slot[i];
+        uint64_t s = m->slot[i];
         if (!s) break;
-        if (strmap_eq(m, s - 1, k, n)) { m->val[s - 1] = v; return 0; }
+        if ((uint32_t)(s >> 32) == tag && strmap_eq(m, (uint32_t)s - 1, k, n)) { m->val[(uint32_t)s - 1] = v; return 0; }
         i = (i + 1) & m->mask;
     }
     if (m->n == m->cap_e) {
@@ -211,7 +216,7 @@ int tk_strmap_put(tk_strmap *m, const char *k, size_t n, int32_t v) {
     m->koff[e] = ((uint64_t)m->pool_n << 24) | n;
     m->val[e] = v;
     m->pool_n += n + 1;
-    m->slot[i] = e + 1;
+    m->slot[i] = (uint64_t)tag << 32 | (e + 1);
     if (m->n * 2 > m->mask + 1 && strmap_grow(m)) return err_set("out of memory for a token map");
     return 0;
 }

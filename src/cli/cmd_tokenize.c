@@ -1,0 +1,243 @@
+/* cli/cmd_tokenize.c: `celer tokenize`, `celer detokenize` and `celer chat-template`:
+ * the tokenizer of a checkpoint directory from the command line, one JSON value per
+ * line in and out, so that scripts can compare with Hugging Face line by line. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "celer.h"
+#include "celer_tokenizer.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "tokenizer/tjson.h"
+
+static const char *tokenizer_dir(const args *a) {
+    const char *d = args_get(a, "--tokenizer");
+    return d ? d : args_get(a, "--model");
+}
+
+static celer_tokenizer *open_tokenizer(const args *a) {
+    const char *dir = tokenizer_dir(a);
+    if (!dir) {
+        args_usage_error(a, "missing --tokenizer DIR (or -m DIR)");
+        return NULL;
+    }
+    celer_tokenizer *t = celer_tokenizer_open(dir);
+    if (!t) cli_error(a->cmd, "%s", celer_last_error());
+    return t;
+}
+
+/* Writes s as a JSON string (UTF-8 kept, as json.dumps(ensure_ascii=False)). */
+static void put_json_string(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        fwrite(s + run, 1, i - run, f);
+        run = i + 1;
+        switch (c) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        case '\b': fputs("\\b", f); break;
+        case '\f': fputs("\\f", f); break;
+        default: fprintf(f, "\\u%04x", c);
+        }
+    }
+    fwrite(s + run, 1, n - run, f);
+    fputc('"', f);
+}
+
+static void put_ids(const int32_t *ids, int n) {
+    putchar('[');
+    for (int i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+    fputs("]\n", stdout);
+}
+
+static int blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return 0;
+    return 1;
+}
+
+static const opt_spec tok_opts[] = {
+    {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory (tokenizer.json, tokenizer_config.json)"},
+    {"--model", NULL, "DIR", "same as --tokenizer"},
+    {"--special", NULL, NULL, "add BOS/EOS as the tokenizer config says (transformers' default)"},
+    {"--text", NULL, "STR", "tokenize this one string instead of reading standard input"},
+};
+
+int cmd_tokenize(int argc, char **argv) {
+    args a = {"tokenize", "--tokenizer DIR [--special] [--text STR]",
+              "Reads one JSON string per line on standard input and prints one JSON array of token ids per line.",
+              tok_opts, 4, {0}};
+    int rc = args_parse(&a, argc, argv);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (!tokenizer_dir(&a)) { args_usage_error(&a, "missing --tokenizer DIR (or -m DIR)"); return 2; }
+    celer_tokenizer *t = open_tokenizer(&a);
+    if (!t) return 1;
+    int special = args_get(&a, "--special") != NULL, status = 0;
+    const char *text = args_get(&a, "--text");
+    int32_t *ids;
+    if (text) {
+        int n = celer_tokenize(t, text, strlen(text), special, &ids);
+        if (n < 0) { cli_error(a.cmd, "%s", celer_last_error()); status = 1; }
+        else put_ids(ids, n);
+        free(ids);
+        celer_tokenizer_free(t);
+        return status;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long lineno = 0;
+    while ((len = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        if (blank(line, (size_t)len)) continue;
+        char where[64];
+        snprintf(where, sizeof where, "stdin line %ld", lineno);
+        tj_doc *d = tj_parse(line, (size_t)len, where);
+        if (!d) { cli_error(a.cmd, "%s", celer_last_error()); status = 1; break; }
+        const tj_val *v = tj_root(d);
+        if (v->type != TJ_STR) {
+            cli_error(a.cmd, "%s: want a JSON string, like \"Hello\"", where);
+            tj_free(d);
+            status = 1;
+            break;
+        }
+        int n = celer_tokenize(t, v->u.s, v->n, special, &ids);
+        tj_free(d);
+        if (n < 0) { cli_error(a.cmd, "%s: %s", where, celer_last_error()); status = 1; break; }
+        put_ids(ids, n);
+        free(ids);
+    }
+    free(line);
+    celer_tokenizer_free(t);
+    return status;
+}
+
+static const opt_spec detok_opts[] = {
+    {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory"},
+    {"--model", NULL, "DIR", "same as --tokenizer"},
+    {"--skip-special", NULL, NULL, "leave special tokens (BOS, EOS, ...) out of the text"},
+};
+
+int cmd_detokenize(int argc, char **argv) {
+    args a = {"detokenize", "--tokenizer DIR [--skip-special]",
+              "Reads one JSON array of token ids per line on standard input and prints one JSON string per line.",
+              detok_opts, 3, {0}};
+    int rc = args_parse(&a, argc, argv);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (!tokenizer_dir(&a)) { args_usage_error(&a, "missing --tokenizer DIR (or -m DIR)"); return 2; }
+    celer_tokenizer *t = open_tokenizer(&a);
+    if (!t) return 1;
+    int skip = args_get(&a, "--skip-special") != NULL, status = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long lineno = 0;
+    int32_t *ids = NULL;
+    while ((len = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        if (blank(line, (size_t)len)) continue;
+        char where[64];
+        snprintf(where, sizeof where, "stdin line %ld", lineno);
+        tj_doc *d = tj_parse(line, (size_t)len, where);
+        if (!d) { cli_error(a.cmd, "%s", celer_last_error()); status = 1; break; }
+        const tj_val *v = tj_root(d);
+        int bad = v->type != TJ_ARR;
+        free(ids);
+        ids = malloc(((size_t)(bad ? 0 : v->n) + 1) * sizeof *ids);
+        for (uint32_t i = 0; !bad && i < v->n; i++) {
+            const tj_val *x = &v->u.items[i];
+            if (x->type != TJ_NUM || x->n || x->u.num < 0 || x->u.num >= celer_tokenizer_n_vocab(t)) {
+                cli_error(a.cmd, "%s: item %u is not a token id of this tokenizer (0..%d)", where, i,
+                          celer_tokenizer_n_vocab(t) - 1);
+                bad = 2;
+                break;
+            }
+            ids[i] = (int32_t)x->u.num;
+        }
+        if (bad == 1) cli_error(a.cmd, "%s: want a JSON array of token ids, like [1, 2, 3]", where);
+        if (bad || !ids) { tj_free(d); status = 1; break; }
+        size_t tl;
+        char *text = celer_detokenize(t, ids, v->n, skip, &tl);
+        tj_free(d);
+        if (!text) { cli_error(a.cmd, "%s: %s", where, celer_last_error()); status = 1; break; }
+        put_json_string(stdout, text, tl);
+        putchar('\n');
+        free(text);
+    }
+    free(ids);
+    free(line);
+    celer_tokenizer_free(t);
+    return status;
+}
+
+static char *read_text_file(const char *cmd, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        cli_error(cmd, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n < 2) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) { free(buf); buf = NULL; }
+            else buf = nb;
+        }
+    }
+    fclose(f);
+    if (!buf) { cli_error(cmd, "%s: out of memory", path); return NULL; }
+    buf[n] = 0;
+    return buf;
+}
+
+static const opt_spec chat_opts[] = {
+    {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory (its chat template)"},
+    {"--model", NULL, "DIR", "same as --tokenizer"},
+    {"--messages", NULL, "FILE", "JSON array of {\"role\", \"content\"} messages"},
+    {"--tools", NULL, "FILE", "JSON array of tool definitions"},
+    {"--add-generation-prompt", NULL, NULL, "end with the assistant turn's opening"},
+};
+
+int cmd_chat_template(int argc, char **argv) {
+    args a = {"chat-template", "--tokenizer DIR --messages FILE.json [--add-generation-prompt] [--tools FILE.json]",
+              "Renders the tokenizer's chat template and prints the prompt exactly (no newline added).", chat_opts, 5,
+              {0}};
+    int rc = args_parse(&a, argc, argv);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (!tokenizer_dir(&a)) { args_usage_error(&a, "missing --tokenizer DIR (or -m DIR)"); return 2; }
+    const char *mf = args_get(&a, "--messages"), *tf = args_get(&a, "--tools");
+    if (!mf) { args_usage_error(&a, "missing --messages FILE.json"); return 2; }
+    char *msgs = read_text_file(a.cmd, mf);
+    char *tools = msgs && tf ? read_text_file(a.cmd, tf) : NULL;
+    if (!msgs || (tf && !tools)) {
+        free(msgs);
+        free(tools);
+        return 1;
+    }
+    int status = 1;
+    celer_tokenizer *t = open_tokenizer(&a);
+    if (t) {
+        char *out = celer_chat_render(t, msgs, tools, args_get(&a, "--add-generation-prompt") != NULL);
+        if (!out) cli_error(a.cmd, "%s", celer_last_error());
+        else {
+            fwrite(out, 1, strlen(out), stdout);
+            status = 0;
+            free(out);
+        }
+    }
+    celer_tokenizer_free(t);
+    free(msgs);
+    free(tools);
+    return status;
+}
