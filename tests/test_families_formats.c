@@ -136,6 +136,35 @@ static void gemma3_multimodal_legacy(void) {
     st_close(f);
 }
 
+/* Multimodal Gemma 4 as transformers 5 saves it: text_config, weights under
+ * model.language_model., and global_head_dim in place of per_layer_config. */
+static void gemma4_multimodal(void) {
+    json_t *c = load_config("gemma4_moe");
+    st_file *f = load_weights("gemma4_moe");
+    CHECK(c && f, "cannot read the gemma4_moe fixture");
+    if (!c || !f) return;
+    json_t *tc = json_deep_copy(c);
+    json_object_del(tc, "per_layer_config");
+    json_object_set_new(tc, "global_head_dim", json_integer(512));
+    json_t *top = json_pack("{s:s, s:o}", "model_type", "gemma4", "text_config", tc);
+    tensor_set s = {0};
+    char name[256];
+    for (int i = 0; i < f->n; i++) {
+        const st_tensor *t = &f->t[i];
+        if (strncmp(t->name, "model.", 6) != 0) continue; /* the head is tied */
+        snprintf(name, sizeof name, "model.language_model.%s", t->name + 6);
+        ts_add(&s, name, t->dtype, t->ndim, t->shape, t->data, 0);
+    }
+    const char *dir = tmp_dir("gemma4_mm");
+    CHECK(write_ckpt(dir, top, &s) == 0, "write: %s", celer_last_error());
+    double e = rewritten_err("gemma4_moe", dir);
+    CHECK(e >= 0 && e <= 2e-3, "multimodal gemma4 with global_head_dim: max err %g", e);
+    ts_free(&s);
+    json_decref(top);
+    json_decref(c);
+    st_close(f);
+}
+
 /* EXAONE 4 with only sliding_window_pattern "LLG" and legacy rope keys. */
 static void exaone4_pattern_legacy(void) {
     json_t *c = load_config("exaone4");
@@ -397,6 +426,7 @@ int main(void) {
     RUN(rope_proportional);
     RUN(rope_yarn_gpt_oss);
     RUN(gemma3_multimodal_legacy);
+    RUN(gemma4_multimodal);
     RUN(exaone4_pattern_legacy);
     RUN(gpt_oss_mlx_layout);
     RUN(exaone4_without_window);

@@ -30,20 +30,24 @@ static void cpu_rmsnorm(backend *b, const float *x, const float *w, float *y, in
 
 static void cpu_rope(backend *b, float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r) {
     (void)b;
+    enum { CH = 256 }; /* pairs whose cos/sin are computed at once, shared by every head */
     int half = r->dim / 2;
-    float cs[512], sn[512];
+    float cs[CH], sn[CH];
     for (int t = 0; t < T; t++) {
-        for (int i = 0; i < half; i++) {
-            float ang = (float)pos[t] * r->inv_freq[i];
-            cs[i] = cosf(ang) * r->attn_factor;
-            sn[i] = sinf(ang) * r->attn_factor;
-        }
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((long)t * n_heads + h) * head_dim;
-            for (int i = 0; i < half; i++) {
-                float a = v[i], c = v[i + half];
-                v[i] = a * cs[i] - c * sn[i];
-                v[i + half] = c * cs[i] + a * sn[i];
+        for (int i0 = 0; i0 < half; i0 += CH) {
+            int n = half - i0 < CH ? half - i0 : CH;
+            for (int i = 0; i < n; i++) {
+                float ang = (float)pos[t] * r->inv_freq[i0 + i];
+                cs[i] = cosf(ang) * r->attn_factor;
+                sn[i] = sinf(ang) * r->attn_factor;
+            }
+            for (int h = 0; h < n_heads; h++) {
+                float *v = x + ((long)t * n_heads + h) * head_dim + i0;
+                for (int i = 0; i < n; i++) {
+                    float a = v[i], c = v[i + half];
+                    v[i] = a * cs[i] - c * sn[i];
+                    v[i + half] = c * cs[i] + a * sn[i];
+                }
             }
         }
     }
