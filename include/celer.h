@@ -210,7 +210,8 @@ const char *const *celer_synth_shapes(void);
 /* Measures the memory read bandwidth of this machine with n_threads, in GB/s. */
 double celer_measure_read_bandwidth(int n_threads);
 /* Floating-point operations per prompt token of the layers' matrix products
- * (2 x their parameters; attention scores and the LM head excluded). */
+ * (2 x the parameters a token uses: routed experts only; attention scores and the
+ * LM head excluded). */
 double celer_model_layer_flops_per_token(const celer_model *m);
 /* Bytes of KV cache one token of context adds (all layers, keys and values). */
 uint64_t celer_model_kv_bytes_per_token(const celer_model *m);

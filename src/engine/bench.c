@@ -9,7 +9,13 @@ double celer_measure_read_bandwidth(int n_threads) { return cpu_read_bandwidth(n
 double celer_model_layer_flops_per_token(const celer_model *cm) {
     const model *m = cm->m;
     int64_t head = (int64_t)m->cfg.vocab * m->cfg.hidden * (m->cfg.tie ? 1 : 2);
-    return 2.0 * (double)(m->n_params - head);
+    /* a token runs only its top-k experts: the others' parameters do no work for it */
+    int64_t idle = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const moe_plan *e = &m->plan[l].moe;
+        if (e->n_experts > e->top_k) idle += (int64_t)(e->n_experts - e->top_k) * 3 * e->inter * m->cfg.hidden;
+    }
+    return 2.0 * (double)(m->n_params - head - idle);
 }
 
 uint64_t celer_model_kv_bytes_per_token(const celer_model *cm) {
