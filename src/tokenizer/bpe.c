@@ -58,6 +58,25 @@ int tk_bpe_parse(tk_bpe *b, const tj_val *model, const char *where) {
         snprintf(name, sizeof name, "<0x%02X>", i);
         b->byte_id[i] = tk_strmap_get(&b->vocab, name, 6);
     }
+    /* which characters may be joined to a following "▁" by a merge */
+    b->sp_split = 1;
+    for (uint32_t e = 0; e < b->vocab.n && b->sp_split; e++) {
+        const char *t = b->vocab.pool + (b->vocab.koff[e] >> 24);
+        size_t tn = b->vocab.koff[e] & 0xFFFFFF;
+        for (size_t i = 1; i + 3 <= tn; i++) {
+            if (memcmp(t + i, "\xE2\x96\x81", 3)) continue;
+            size_t q = i - 1;
+            while (q > 0 && ((unsigned char)t[q] & 0xC0) == 0x80) q--;
+            uint32_t cp;
+            utf8_dec((const unsigned char *)t + q, i - q, &cp);
+            if (cp == 0x2581) continue;
+            int k;
+            for (k = 0; k < b->n_sp_join && b->sp_join[k] != cp; k++) {}
+            if (k < b->n_sp_join) continue;
+            if (b->n_sp_join == 32) { b->sp_split = 0; break; }
+            b->sp_join[b->n_sp_join++] = cp;
+        }
+    }
     const tj_val *unk = tj_get(model, "unk_token");
     if (unk && unk->type == TJ_STR) {
         b->unk_id = tk_strmap_get(&b->vocab, unk->u.s, unk->n);
@@ -147,11 +166,18 @@ void tk_bpe_free(tk_bpe *b) {
 #define CACHE_MAX_WORD 64
 #define CACHE_MAX_ENTRIES 200000
 
+/* A candidate merge: the pair it was found for and what it makes. */
+struct bpe_cand {
+    uint64_t key;        /* rank << 32 | position of the left symbol */
+    uint64_t pair;       /* left id << 32 | right id when pushed */
+    uint32_t new_id;
+};
+
 struct tk_bpe_scratch {
     int32_t *sym;        /* [cap] symbol ids */
     int32_t *prev, *next;/* [cap] links, -1 at the ends */
     uint8_t *dead;       /* [cap] merged into its left neighbour */
-    uint64_t *heap;      /* [hcap] rank << 32 | position */
+    struct bpe_cand *heap; /* [hcap] candidate merges, lowest (rank, position) on top */
     size_t cap, hcap;
     tk_strmap cache;     /* word -> offset into cids: [count, ids...] */
     int32_t *cids;
@@ -191,7 +217,7 @@ static int scratch_fit(tk_bpe_scratch *s, size_t n) {
     if (q) s->next = q;
     uint8_t *d = realloc(s->dead, nc);
     if (d) s->dead = d;
-    uint64_t *h = realloc(s->heap, 2 * nc * sizeof *h);
+    struct bpe_cand *h = realloc(s->heap, 2 * nc * sizeof *h);
     if (h) s->heap = h;
     if (!a || !p || !q || !d || !h) return err_set("out of memory encoding a word of %zu bytes", n);
     s->cap = nc;
@@ -199,25 +225,26 @@ static int scratch_fit(tk_bpe_scratch *s, size_t n) {
     return 0;
 }
 
-static inline void heap_push(uint64_t *h, size_t *n, uint64_t v) {
+static inline void heap_push(struct bpe_cand *h, size_t *n, uint64_t rank_new, uint32_t pos, uint64_t pair) {
+    struct bpe_cand v = {(rank_new & 0xFFFFFFFF00000000ull) | pos, pair, (uint32_t)rank_new};
     size_t i = (*n)++;
     while (i) {
         size_t p = (i - 1) / 2;
-        if (h[p] <= v) break;
+        if (h[p].key <= v.key) break;
         h[i] = h[p];
         i = p;
     }
     h[i] = v;
 }
 
-static inline uint64_t heap_pop(uint64_t *h, size_t *n) {
-    uint64_t top = h[0], v = h[--*n];
+static inline struct bpe_cand heap_pop(struct bpe_cand *h, size_t *n) {
+    struct bpe_cand top = h[0], v = h[--*n];
     size_t i = 0, m = *n;
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= m) break;
-        if (c + 1 < m && h[c + 1] < h[c]) c++;
-        if (v <= h[c]) break;
+        if (c + 1 < m && h[c + 1].key < h[c].key) c++;
+        if (v.key <= h[c].key) break;
         h[i] = h[c];
         i = c;
     }
@@ -243,35 +270,45 @@ static int push_ids(int32_t **ids, size_t *n, size_t *cap, const int32_t *src, s
 static int bpe_merge(const tk_bpe *b, tk_bpe_scratch *s, size_t ns, int32_t **ids, size_t *nids, size_t *cap) {
     int32_t *sym = s->sym, *prev = s->prev, *next = s->next;
     uint8_t *dead = s->dead;
-    uint64_t *h = s->heap, v;
+    struct bpe_cand *h = s->heap;
+    uint64_t v;
     size_t hn = 0;
     for (size_t i = 0; i < ns; i++) {
         prev[i] = (int32_t)i - 1;
         next[i] = i + 1 < ns ? (int32_t)i + 1 : -1;
         dead[i] = 0;
     }
-    for (size_t i = 0; i + 1 < ns; i++)
-        if (tk_u64map_get(&b->merges, (uint64_t)(uint32_t)sym[i] << 32 | (uint32_t)sym[i + 1], &v))
-            heap_push(h, &hn, (v & 0xFFFFFFFF00000000ull) | i);
+#define PAIR(x, y) ((uint64_t)(uint32_t)(x) << 32 | (uint32_t)(y))
+    for (size_t i = 0; i + 1 < ns && i < 8; i++) tk_u64map_prefetch(&b->merges, PAIR(sym[i], sym[i + 1]));
+    for (size_t i = 0; i + 1 < ns; i++) {
+        if (i + 9 < ns) tk_u64map_prefetch(&b->merges, PAIR(sym[i + 8], sym[i + 9]));
+        uint64_t pr = PAIR(sym[i], sym[i + 1]);
+        if (tk_u64map_get(&b->merges, pr, &v)) heap_push(h, &hn, v, (uint32_t)i, pr);
+    }
     while (hn) {
-        uint64_t top = heap_pop(h, &hn);
-        uint32_t pos = (uint32_t)top, rank = (uint32_t)(top >> 32);
+        struct bpe_cand top = heap_pop(h, &hn);
+        uint32_t pos = (uint32_t)top.key;
         if (dead[pos] || next[pos] < 0) continue;
         int32_t r = next[pos];
-        if (!tk_u64map_get(&b->merges, (uint64_t)(uint32_t)sym[pos] << 32 | (uint32_t)sym[r], &v) || (uint32_t)(v >> 32) != rank)
-            continue;
-        sym[pos] = (int32_t)(uint32_t)v;
+        uint64_t cur = PAIR(sym[pos], sym[r]);
+        /* tokenizers applies a popped merge when the pair now there makes the same
+         * token; an unchanged pair needs no second look-up */
+        if (cur != top.pair && (!tk_u64map_get(&b->merges, cur, &v) || (uint32_t)v != top.new_id)) continue;
+        sym[pos] = (int32_t)top.new_id;
         dead[r] = 1;
         next[pos] = next[r];
         if (next[r] >= 0) prev[next[r]] = (int32_t)pos;
         if (hn + 2 > s->hcap) return err_set("internal: BPE heap overflow");
-        if (prev[pos] >= 0 &&
-            tk_u64map_get(&b->merges, (uint64_t)(uint32_t)sym[prev[pos]] << 32 | (uint32_t)sym[pos], &v))
-            heap_push(h, &hn, (v & 0xFFFFFFFF00000000ull) | (uint32_t)prev[pos]);
-        if (next[pos] >= 0 &&
-            tk_u64map_get(&b->merges, (uint64_t)(uint32_t)sym[pos] << 32 | (uint32_t)sym[next[pos]], &v))
-            heap_push(h, &hn, (v & 0xFFFFFFFF00000000ull) | pos);
+        if (prev[pos] >= 0) {
+            uint64_t pr = PAIR(sym[prev[pos]], sym[pos]);
+            if (tk_u64map_get(&b->merges, pr, &v)) heap_push(h, &hn, v, (uint32_t)prev[pos], pr);
+        }
+        if (next[pos] >= 0) {
+            uint64_t pr = PAIR(sym[pos], sym[next[pos]]);
+            if (tk_u64map_get(&b->merges, pr, &v)) heap_push(h, &hn, v, pos, pr);
+        }
     }
+#undef PAIR
     /* collect survivors in order (symbol 0 never dies) */
     size_t k = 0;
     for (int32_t i = 0; i >= 0; i = next[i]) sym[k++] = sym[i];
@@ -326,7 +363,34 @@ static int bpe_word_uncached(const tk_bpe *b, tk_bpe_scratch *s, const char *w, 
     return bpe_merge(b, s, ns, ids, nids, cap);
 }
 
+static int bpe_word_cached(const tk_bpe *b, tk_bpe_scratch *s, const char *w, size_t n, int32_t **ids, size_t *nids,
+                           size_t *cap);
+
 int tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *s, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap) {
+    if (n <= CACHE_MAX_WORD || !b->sp_split || b->cont_prefix || b->eow_suffix)
+        return bpe_word_cached(b, s, w, n, ids, nids, cap);
+    /* split before each "▁" that no token joins to the character before it */
+    size_t start = 0;
+    uint32_t prev = 0x2581;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int l = utf8_dec((const unsigned char *)w + i, n - i, &cp);
+        if (cp == 0x2581 && prev != 0x2581 && i > start) {
+            int k;
+            for (k = 0; k < b->n_sp_join && b->sp_join[k] != prev; k++) {}
+            if (k == b->n_sp_join) {
+                if (bpe_word_cached(b, s, w + start, i - start, ids, nids, cap)) return -1;
+                start = i;
+            }
+        }
+        prev = cp;
+        i += (size_t)l;
+    }
+    return bpe_word_cached(b, s, w + start, n - start, ids, nids, cap);
+}
+
+static int bpe_word_cached(const tk_bpe *b, tk_bpe_scratch *s, const char *w, size_t n, int32_t **ids, size_t *nids,
+                           size_t *cap) {
     if (n > CACHE_MAX_WORD) return bpe_word_uncached(b, s, w, n, ids, nids, cap);
     if (!s->cache_ok) {
         if (tk_strmap_init(&s->cache, 1024)) return -1;

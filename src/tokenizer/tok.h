@@ -78,27 +78,24 @@ static inline void tk_strmap_prefetch(const tk_strmap *m, uint64_t h) {
 }
 void tk_strmap_free(tk_strmap *m);
 
-/* uint64 -> uint64 */
+/* uint64 -> uint64; keys and values interleaved so that a lookup touches one line */
 typedef struct {
-    uint64_t *keys;     /* ~0 = empty */
-    uint64_t *vals;
+    uint64_t *kv;       /* [2 * (mask + 1)]: key, value; key ~0 = empty */
     uint32_t n, mask;
 } tk_u64map;
 int tk_u64map_init(tk_u64map *m, uint32_t expect);
 int tk_u64map_put(tk_u64map *m, uint64_t k, uint64_t v);
-static inline void tk_u64map_prefetch(const tk_u64map *m, uint64_t k) {
-    uint32_t i = (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;
-    __builtin_prefetch(&m->keys[i], 1);
-    __builtin_prefetch(&m->vals[i], 1);
+static inline uint32_t tk_u64map_slot(const tk_u64map *m, uint64_t k) {
+    return (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;
 }
+static inline void tk_u64map_prefetch(const tk_u64map *m, uint64_t k) { __builtin_prefetch(&m->kv[2 * tk_u64map_slot(m, k)], 1); }
 /* 1 and *v when found, else 0. */
 static inline int tk_u64map_get(const tk_u64map *m, uint64_t k, uint64_t *v) {
-    if (!m->keys) return 0;
-    uint64_t h = k * 0x9E3779B97F4A7C15ull;
-    uint32_t i = (uint32_t)(h >> 32) & m->mask;
+    if (!m->kv) return 0;
+    uint32_t i = tk_u64map_slot(m, k);
     for (;;) {
-        uint64_t kk = m->keys[i];
-        if (kk == k) { *v = m->vals[i]; return 1; }
+        uint64_t kk = m->kv[2 * i];
+        if (kk == k) { *v = m->kv[2 * i + 1]; return 1; }
         if (kk == ~0ull) return 0;
         i = (i + 1) & m->mask;
     }
@@ -188,6 +185,12 @@ typedef struct {
     int byte_fallback, fuse_unk, ignore_merges;
     char *cont_prefix, *eow_suffix;   /* NULL when empty */
     int32_t byte_id[256];   /* ids of <0xXX>, -1 when missing */
+    /* SentencePiece-style words ("▁the▁cat") split before each "▁" that follows a
+     * character c, unless some token contains c + "▁": then no merge can cross the
+     * split and the pieces can use the word cache. */
+    int sp_split;
+    uint32_t sp_join[32];   /* the characters c that a token joins to a following "▁" */
+    int n_sp_join;
 } tk_bpe;
 int tk_bpe_parse(tk_bpe *b, const tj_val *model, const char *where);
 void tk_bpe_free(tk_bpe *b);

@@ -233,51 +233,46 @@ void tk_strmap_free(tk_strmap *m) {
 int tk_u64map_init(tk_u64map *m, uint32_t expect) {
     uint32_t cap = 16;
     while (cap < expect * 2) cap *= 2;
-    m->keys = malloc(cap * sizeof *m->keys);
-    m->vals = malloc(cap * sizeof *m->vals);
+    m->kv = malloc(2 * (size_t)cap * sizeof *m->kv);
     m->n = 0;
     m->mask = cap - 1;
-    if (!m->keys || !m->vals) {
-        tk_u64map_free(m);
-        return err_set("out of memory for a map");
-    }
-    memset(m->keys, 0xFF, cap * sizeof *m->keys);
+    if (!m->kv) return err_set("out of memory for a map");
+    for (uint32_t i = 0; i < cap; i++) m->kv[2 * i] = ~0ull;
     return 0;
 }
 
 static int u64map_grow(tk_u64map *m) {
     uint32_t cap = (m->mask + 1) * 2;
-    uint64_t *nk = malloc(cap * sizeof *nk), *nv = malloc(cap * sizeof *nv);
-    if (!nk || !nv) { free(nk); free(nv); return -1; }
-    memset(nk, 0xFF, cap * sizeof *nk);
+    tk_u64map nm = {NULL, 0, cap - 1};
+    nm.kv = malloc(2 * (size_t)cap * sizeof *nm.kv);
+    if (!nm.kv) return -1;
+    for (uint32_t i = 0; i < cap; i++) nm.kv[2 * i] = ~0ull;
     for (uint32_t i = 0; i <= m->mask; i++) {
-        if (m->keys[i] == ~0ull) continue;
-        uint32_t j = (uint32_t)((m->keys[i] * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
-        while (nk[j] != ~0ull) j = (j + 1) & (cap - 1);
-        nk[j] = m->keys[i];
-        nv[j] = m->vals[i];
+        uint64_t k = m->kv[2 * i];
+        if (k == ~0ull) continue;
+        uint32_t j = tk_u64map_slot(&nm, k);
+        while (nm.kv[2 * j] != ~0ull) j = (j + 1) & nm.mask;
+        nm.kv[2 * j] = k;
+        nm.kv[2 * j + 1] = m->kv[2 * i + 1];
     }
-    free(m->keys);
-    free(m->vals);
-    m->keys = nk;
-    m->vals = nv;
-    m->mask = cap - 1;
+    free(m->kv);
+    m->kv = nm.kv;
+    m->mask = nm.mask;
     return 0;
 }
 
 int tk_u64map_put(tk_u64map *m, uint64_t k, uint64_t v) {
-    uint32_t i = (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;
-    while (m->keys[i] != ~0ull && m->keys[i] != k) i = (i + 1) & m->mask;
-    if (m->keys[i] == k) { m->vals[i] = v; return 0; }
-    m->keys[i] = k;
-    m->vals[i] = v;
+    uint32_t i = tk_u64map_slot(m, k);
+    while (m->kv[2 * i] != ~0ull && m->kv[2 * i] != k) i = (i + 1) & m->mask;
+    if (m->kv[2 * i] == k) { m->kv[2 * i + 1] = v; return 0; }
+    m->kv[2 * i] = k;
+    m->kv[2 * i + 1] = v;
     if (++m->n * 2 > m->mask + 1 && u64map_grow(m)) return err_set("out of memory for a map");
     return 0;
 }
 
 void tk_u64map_free(tk_u64map *m) {
-    free(m->keys);
-    free(m->vals);
+    free(m->kv);
     memset(m, 0, sizeof *m);
 }
 
