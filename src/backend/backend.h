@@ -42,6 +42,8 @@ enum {
 typedef struct {
     int n_experts, top_k, inter, hidden;
     int layout;              /* MOE_GU_* */
+    int in_major;            /* weights stored input-major: gate_up [H, 2I], down [I, H]
+                              * (transformers' gpt-oss bf16), so y = x W; float formats only */
     int act;                 /* as glu: 0 silu, 1 gelu_tanh, 2 clamped swiglu (alpha, limit) */
     float alpha, limit;
     const weight *gate_up;   /* [n_experts] each [2I, H], or NULL with MOE_GU_SPLIT */

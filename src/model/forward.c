@@ -149,7 +149,7 @@ static void run_experts(model *m, model_scratch *s, int l, const float *xin, flo
     const moe_weights *e = &m->lw[l].moe;
     moe_experts me = {
         .n_experts = mp->n_experts, .top_k = mp->top_k, .inter = mp->inter, .hidden = m->cfg.hidden,
-        .layout = mp->gate_up_layout, .act = (int)mp->act, .alpha = mp->alpha, .limit = mp->limit,
+        .layout = mp->gate_up_layout, .in_major = mp->in_major, .act = (int)mp->act, .alpha = mp->alpha, .limit = mp->limit,
         .gate_up = e->gate_up, .gate = e->gate, .up = e->up, .down = e->down,
         .gate_up_bias = e->gate_up_bias, .gate_bias = e->gate_bias, .up_bias = e->up_bias, .down_bias = e->down_bias,
     };

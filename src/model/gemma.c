@@ -201,6 +201,7 @@ static int gemma4_head_dim(const model *m, const json_t *j, int l, int full, int
         char key[16];
         snprintf(key, sizeof key, "%d", l);
         const json_t *e = json_object_get(plc, key);
+        if (e && !json_is_object(e)) return err_set("%s: per_layer_config[\"%d\"] must be an object", where, l);
         if (e) {
             const char *k;
             const json_t *val;
@@ -327,14 +328,15 @@ static int bind_gemma4_moe(model *m, int l) {
     layer_weights *w = &m->lw[l];
     moe_weights *e = &w->moe;
     int64_t H = m->cfg.hidden, E = p->moe.n_experts, I = p->moe.inter;
+    int im; /* stored [E, out, in]: never input-major */
     char n[256];
 #define NAME(fmt) (snprintf(n, sizeof n, "%slayers.%d." fmt, m->prefix, l), n)
     if (!(e->gate_up = calloc((size_t)E, sizeof *e->gate_up)) || !(e->down = calloc((size_t)E, sizeof *e->down)))
         return err_set("out of memory");
     if (model_bind(m, &e->router, NAME("router.proj"), E, H) || model_vec(m, &e->router_scale, NAME("router.scale"), H) ||
         model_vec(m, &e->expert_scale, NAME("router.per_expert_scale"), E) ||
-        weight_bind_experts(e->gate_up, m->ck, &m->quant, NAME("experts.gate_up_proj"), (int)E, 2 * I, H, 0, &e->owned[0]) ||
-        weight_bind_experts(e->down, m->ck, &m->quant, NAME("experts.down_proj"), (int)E, H, I, 0, &e->owned[1]) ||
+        weight_bind_experts(e->gate_up, m->ck, &m->quant, NAME("experts.gate_up_proj"), (int)E, 2 * I, H, 0, &im) ||
+        weight_bind_experts(e->down, m->ck, &m->quant, NAME("experts.down_proj"), (int)E, H, I, 0, &im) ||
         model_vec(m, &w->moe_pre_norm, NAME("pre_feedforward_layernorm_2.weight"), H) ||
         model_vec(m, &w->mlp_post_norm1, NAME("post_feedforward_layernorm_1.weight"), H) ||
         model_vec(m, &w->moe_post_norm, NAME("post_feedforward_layernorm_2.weight"), H))

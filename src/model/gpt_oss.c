@@ -16,7 +16,7 @@ static int describe_gpt_oss(model *m, const json_t *j, const char *where) {
     model_config *c = &m->cfg;
     c->tie = 0;
     if (model_parse_common(m, j, where)) return -1;
-    c->act = ACT_SWIGLU_CLAMP;
+    c->act = ACT_SILU; /* no dense MLP; the experts' clamped SwiGLU is in the MoE plan */
     int bias, rc = -1;
     int64_t window, E, K;
     double limit;
@@ -48,7 +48,7 @@ static int describe_gpt_oss(model *m, const json_t *j, const char *where) {
         p->inter = 0;
         p->attn_scale = 1.0f / sqrtf((float)c->head_dim);
         p->moe = (moe_plan){.n_experts = (int)E, .top_k = (int)K, .inter = c->inter, .route = ROUTE_TOPK_SOFTMAX,
-                            .act = ACT_SWIGLU_CLAMP, .gate_up_layout = MOE_GU_INTERLEAVED, .biases = 1,
+                            .act = ACT_SWIGLU_CLAMP, .gate_up_layout = MOE_GU_INTERLEAVED,
                             .alpha = 1.702f, .limit = (float)limit};
     }
     rc = 0;
@@ -80,9 +80,10 @@ static int bind_gpt_oss_moe(model *m, int l) {
         p->moe.gate_up_layout = MOE_GU_SPLIT;
         if (!(e->gate = calloc((size_t)E, sizeof *e->gate)) || !(e->up = calloc((size_t)E, sizeof *e->up)))
             return err_set("out of memory");
-        if (weight_bind_experts(e->gate, m->ck, &m->quant, NAME(n, "experts.gate_proj"), (int)E, I, H, 0, &e->owned[0]) ||
-            weight_bind_experts(e->up, m->ck, &m->quant, NAME(n, "experts.up_proj"), (int)E, I, H, 0, &e->owned[1]) ||
-            weight_bind_experts(e->down, m->ck, &m->quant, NAME(n, "experts.down_proj"), (int)E, H, I, 0, &e->owned[1]) ||
+        int im; /* [E, out, in]: never input-major */
+        if (weight_bind_experts(e->gate, m->ck, &m->quant, NAME(n, "experts.gate_proj"), (int)E, I, H, 0, &im) ||
+            weight_bind_experts(e->up, m->ck, &m->quant, NAME(n, "experts.up_proj"), (int)E, I, H, 0, &im) ||
+            weight_bind_experts(e->down, m->ck, &m->quant, NAME(n, "experts.down_proj"), (int)E, H, I, 0, &im) ||
             bias2(m, &e->gate_bias, NAME(n, "experts.gate_proj.bias"), E, I) ||
             bias2(m, &e->up_bias, NAME(n, "experts.up_proj.bias"), E, I) ||
             bias2(m, &e->down_bias, NAME(n, "experts.down_proj.bias"), E, H))
@@ -90,14 +91,16 @@ static int bind_gpt_oss_moe(model *m, int l) {
         m->weight_bytes += (size_t)p->moe.top_k * (2 * e->gate[0].nbytes + e->down[0].nbytes);
     } else {
         /* transformers: gate_up_proj [E, H, 2I] and down_proj [E, I, H] stored input-major
-         * (transposed once at load), or MXFP4 blocks already [E, out, in]; gate and up
-         * columns interleave either way */
+         * (used in place: the moe op computes x W), or MXFP4 blocks [E, out, in]; gate
+         * and up columns interleave either way */
         p->moe.gate_up_layout = MOE_GU_INTERLEAVED;
+        int im_gu, im_d;
         if (!(e->gate_up = calloc((size_t)E, sizeof *e->gate_up))) return err_set("out of memory");
-        if (weight_bind_experts(e->gate_up, m->ck, &m->quant, NAME(n, "experts.gate_up_proj"), (int)E, 2 * I, H, 1, &e->owned[0]))
+        if (weight_bind_experts(e->gate_up, m->ck, &m->quant, NAME(n, "experts.gate_up_proj"), (int)E, 2 * I, H, 1, &im_gu) ||
+            weight_bind_experts(e->down, m->ck, &m->quant, NAME(n2, "experts.down_proj"), (int)E, H, I, 1, &im_d))
             return -1;
-        if (weight_bind_experts(e->down, m->ck, &m->quant, NAME(n2, "experts.down_proj"), (int)E, H, I, 1, &e->owned[1]))
-            return -1;
+        if (im_gu != im_d) return err_set("%s: gate_up_proj and down_proj of layer %d are stored in different forms", m->ck->dir, l);
+        p->moe.in_major = im_gu;
         if (bias2(m, &e->gate_up_bias, NAME(n, "experts.gate_up_proj_bias"), E, 2 * I) ||
             bias2(m, &e->down_bias, NAME(n, "experts.down_proj_bias"), E, H))
             return -1;

@@ -195,7 +195,6 @@ static void moe_weights_free(moe_weights *e) {
     free(e->gate_up); free(e->gate); free(e->up); free(e->down);
     free(e->gate_up_bias); free(e->gate_bias); free(e->up_bias); free(e->down_bias);
     free(e->router_bias); free(e->router_scale); free(e->expert_scale);
-    free(e->owned[0]); free(e->owned[1]);
 }
 
 void model_free(model *m) {

@@ -50,8 +50,8 @@ typedef struct {
     route_kind route;
     act_kind act;
     int beside_mlp;      /* Gemma 4: runs beside the dense MLP with its own norms, router on the residual */
-    int gate_up_layout;  /* MOE_GU_*: how gate and up rows are stored */
-    int biases;          /* gpt-oss: router, gate_up and down biases */
+    int gate_up_layout;  /* MOE_GU_*: how gate and up rows are stored (set when binding) */
+    int in_major;        /* expert weights stored [in, out] (set when binding) */
     float alpha, limit;  /* ACT_SWIGLU_CLAMP constants */
 } moe_plan;
 
@@ -77,9 +77,9 @@ typedef struct {
 
 /* The experts of one MoE layer, each a weight slice of the stacked tensors. */
 typedef struct {
-    weight *gate_up;       /* [E] each [2I, H] (rows per gate_up_layout), or NULL */
+    weight *gate_up;       /* [E] each [2I, H] (rows per gate_up_layout; [H, 2I] when in_major), or NULL */
     weight *gate, *up;     /* [E] each [I, H] when stored apart, or NULL */
-    weight *down;          /* [E] each [H, I] */
+    weight *down;          /* [E] each [H, I] ([I, H] when in_major) */
     float *gate_up_bias;   /* [E, 2I] or NULL */
     float *gate_bias, *up_bias; /* [E, I] or NULL */
     float *down_bias;      /* [E, H] or NULL */
@@ -87,7 +87,6 @@ typedef struct {
     float *router_bias;    /* [E] or NULL */
     float *router_scale;   /* [H] (Gemma 4) or NULL */
     float *expert_scale;   /* [E] (Gemma 4) or NULL */
-    void *owned[2];        /* transposed copies this model allocated (gpt-oss bf16 layout) */
 } moe_weights;
 
 typedef struct {

@@ -187,34 +187,26 @@ static int check_aligned(const checkpoint *c, const st_tensor *t, const char *na
 }
 
 int weight_bind_experts(weight *w, const checkpoint *c, const quant_cfg *q, const char *name, int n,
-                        int64_t rows, int64_t cols, int in_major, void **owned) {
+                        int64_t rows, int64_t cols, int in_major, int *in_major_out) {
     char nb[512], ns[512], nw[512], nbi[512];
-    *owned = NULL;
+    *in_major_out = 0;
     memset(w, 0, (size_t)n * sizeof *w);
     for (int e = 0; e < n; e++) w[e].rows = rows, w[e].cols = cols;
     const st_tensor *t = ckpt_find(c, name);
     weight_fmt f;
     if (t) {
-        /* transformers: one float tensor [n, rows, cols], or [n, cols, rows] (in_major) */
+        /* transformers: one float tensor [n, rows, cols], or [n, cols, rows] (in_major),
+         * which is bound as stored: each slice is the transpose [cols, rows] */
         if (!is_float_dtype(t->dtype, &f))
             return err_set("%s: %s: dtype %s is not a float weight (want BF16, F16 or F32)", ckpt_where(c, name), name, st_dtype_name(t->dtype));
         int64_t want[3] = {n, in_major ? cols : rows, in_major ? rows : cols};
         if (want_nd(c, t, name, 3, want, st_dtype_name(t->dtype)) != 0) return -1;
-        size_t es = st_dtype_size(t->dtype), per = (size_t)(rows * cols) * es;
-        const char *base = t->data;
-        if (in_major) {
-            /* transpose each expert's [cols, rows] into [rows, cols] so every product
-             * runs over contiguous rows; paid once at load */
-            char *dst = malloc((size_t)n * per);
-            if (!dst) return err_set("out of memory transposing %s", name);
-            for (int e = 0; e < n; e++)
-                for (int64_t i = 0; i < cols; i++)
-                    for (int64_t r = 0; r < rows; r++)
-                        memcpy(dst + e * per + (size_t)(r * cols + i) * es, base + e * per + (size_t)(i * rows + r) * es, es);
-            *owned = dst;
-            base = dst;
+        size_t per = (size_t)(rows * cols) * st_dtype_size(t->dtype);
+        for (int e = 0; e < n; e++) {
+            w[e].fmt = f, w[e].data = (const char *)t->data + e * per, w[e].nbytes = per;
+            w[e].rows = want[1], w[e].cols = want[2];
         }
-        for (int e = 0; e < n; e++) w[e].fmt = f, w[e].data = base + e * per, w[e].nbytes = per;
+        *in_major_out = in_major;
         return 0;
     }
     snprintf(nb, sizeof nb, "%s_blocks", name);

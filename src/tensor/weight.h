@@ -58,15 +58,18 @@ int weight_bind(weight *w, const checkpoint *c, const quant_cfg *q, const char *
 /* Binds the n experts of a stacked expert tensor as n weights [rows, cols] each,
  * pointing into the mapping (one slice per expert). Accepted spellings of `name`:
  *   name                       F32/F16/BF16 [n, rows, cols] (transformers); with
- *                              in_major the stored layout is [n, cols, rows] and a
- *                              transposed copy is made into *owned (caller frees);
+ *                              in_major the stored layout is [n, cols, rows] and each
+ *                              slice is bound as it is stored, [cols, rows] (the
+ *                              transpose: y = x W, see backend moe_experts.in_major),
+ *                              and *in_major_out is set to 1;
  *   name_blocks, name_scales   U8 [n, rows, cols/32, 16] e2m1 codes and U8 [n, rows,
  *                              cols/32] e8m0 scales (original gpt-oss MXFP4);
  *   name.weight (.scales, .biases)  mlx-community per-expert stacks, plain or in the
  *                              quantization config.json gives that module (affine, mxfp4).
- * Errors name the tensor with want versus got. *owned is NULL unless a copy was made. */
+ * Errors name the tensor with want versus got. *in_major_out is 0 for the other
+ * spellings (their slices are [rows, cols]). Nothing is copied. */
 int weight_bind_experts(weight *w, const checkpoint *c, const quant_cfg *q, const char *name, int n,
-                        int64_t rows, int64_t cols, int in_major, void **owned);
+                        int64_t rows, int64_t cols, int in_major, int *in_major_out);
 /* Dequantizes row r into out [cols] (float32). */
 void weight_row_f32(const weight *w, int64_t r, float *out);
 /* The affine code j of a packed row (exposed for tests). */

@@ -1,12 +1,15 @@
 /* backend/cpu/moe.c: mixture-of-experts on the CPU: routing (top-k selection and
  * weights) and the experts' gated products. Only selected experts run: for each
  * expert the tokens routed to it are gathered into one batch, so its weights are
- * read once per call whatever T is, and results are scattered back weighted. */
+ * read once per call whatever T is, and results are scattered back weighted.
+ * Experts stored [out, in] go through the backend's matmul; input-major float
+ * experts (transformers' gpt-oss bf16) through xw_task here, read in place. */
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/ops.h"
+#include "tensor/dtype.h"
 
 /* Indices of the k largest of v [n] into sel [k], largest first; ties keep the lower index. */
 static void top_k(const float *v, int n, int k, int32_t *sel) {
@@ -70,6 +73,63 @@ static float gated(const moe_experts *e, float g, float u) {
     }
 }
 
+/* Input-major products (transformers' gpt-oss bf16 experts, used in place):
+ * x [n, in] @ W [in, out] -> y [n, out], W a float weight stored [rows = in, cols = out].
+ * Threads split the output columns; each walks W's rows once over its columns in
+ * blocks, so W is read once per call whatever n is. */
+typedef struct {
+    const weight *w;
+    const float *x;
+    float *y;
+    int n;
+} xw_job;
+
+#define XW_BLOCK 256
+
+static void xw_task(void *ctx, int task, int n_tasks) {
+    const xw_job *j = ctx;
+    const long in = (long)j->w->rows, out = (long)j->w->cols;
+    long lo, hi;
+    pool_range(out, task, n_tasks, 16, &lo, &hi);
+    float seg[XW_BLOCK];
+    for (long o0 = lo; o0 < hi; o0 += XW_BLOCK) {
+        long nb = hi - o0 < XW_BLOCK ? hi - o0 : XW_BLOCK;
+        for (int t = 0; t < j->n; t++) memset(j->y + t * out + o0, 0, (size_t)nb * sizeof(float));
+        for (long i = 0; i < in; i++) {
+            switch (j->w->fmt) {
+            case WF_BF16: {
+                const uint16_t *p = (const uint16_t *)j->w->data + i * out + o0;
+                for (long o = 0; o < nb; o++) seg[o] = bf16_to_f32(p[o]);
+                break;
+            }
+            case WF_F16: {
+                const uint16_t *p = (const uint16_t *)j->w->data + i * out + o0;
+                for (long o = 0; o < nb; o++) seg[o] = f16_to_f32(p[o]);
+                break;
+            }
+            default: memcpy(seg, (const float *)j->w->data + i * out + o0, (size_t)nb * sizeof(float)); break;
+            }
+            for (int t = 0; t < j->n; t++) {
+                float a = j->x[(long)t * in + i];
+                float *yr = j->y + (long)t * out + o0;
+                for (long o = 0; o < nb; o++) yr[o] += a * seg[o];
+            }
+        }
+    }
+}
+
+/* y [n, out] = x [n, in] times expert weight w: W x for [out, in] weights, x W for
+ * input-major ones. */
+static void expert_product(backend *b, const moe_experts *e, const weight *w, const float *x, float *y, int n) {
+    if (!e->in_major) {
+        cpu_matmul(b, w, x, y, n);
+        return;
+    }
+    cpu_backend *c = b->impl;
+    xw_job j = {w, x, y, n};
+    pool_run(c->pool, c->n_threads, xw_task, &j);
+}
+
 static void add_rows(float *y, const float *bias, int n, long width) {
     if (!bias) return;
     for (int r = 0; r < n; r++)
@@ -108,7 +168,7 @@ void cpu_moe(backend *b, const moe_experts *e, const float *x, const int32_t *se
             add_rows(gu + (long)T * I, e->up_bias ? e->up_bias + ex * I : NULL, n, I);
             g = gu, u = gu + (long)T * I, gs = I, gi = 1;
         } else {
-            cpu_matmul(b, &e->gate_up[ex], xg, gu, n);
+            expert_product(b, e, &e->gate_up[ex], xg, gu, n);
             add_rows(gu, e->gate_up_bias ? e->gate_up_bias + ex * 2 * I : NULL, n, 2 * I);
             gs = 2 * I;
             if (e->layout == MOE_GU_INTERLEAVED) g = gu, u = gu + 1, gi = 2;
@@ -116,7 +176,7 @@ void cpu_moe(backend *b, const moe_experts *e, const float *x, const int32_t *se
         }
         for (int r = 0; r < n; r++)
             for (long i = 0; i < I; i++) a[r * I + i] = gated(e, g[r * gs + i * gi], u[r * gs + i * gi]);
-        cpu_matmul(b, &e->down[ex], a, o, n);
+        expert_product(b, e, &e->down[ex], a, o, n);
         add_rows(o, e->down_bias ? e->down_bias + ex * H : NULL, n, H);
         for (int r = 0; r < n; r++) {
             float *dst = out + (long)tok[r] * H;
