@@ -4,6 +4,7 @@
  * (inplace = 0) giving the same slots bit for bit; truncation; and a check that the
  * sharing tests fail when the ownership rule is switched off. Rows carry their
  * position in every value, so a view can be checked row by row. */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "base/err.h"
@@ -267,6 +268,44 @@ static void dense_snapshot_and_branch(void) {
     kv_free(c);
 }
 
+/* Branches on two threads: each restores the same snapshot and appends; the atomic
+ * claim lets exactly one of them continue in place, the other copies first. */
+typedef struct {
+    kv_cache *snap;
+    kv_stats st;
+    int problems;
+} branch_job;
+
+static void *branch_thread(void *arg) {
+    branch_job *j = arg;
+    kv_cache *b = kv_share(j->snap, 16, &j->st);
+    b->inplace = 1;
+    for (int p = 10; p < 400; p++) append(b, p, 1);
+    j->problems = view_problems(b, 0, 399, 0);
+    kv_free(b);
+    return NULL;
+}
+
+static void branches_on_threads(void) {
+    for (int round = 0; round < 20; round++) {
+        kv_cache *c = kv_dense_new(NKV, HD, 1000, 16);
+        append(c, 0, 10);
+        kv_cache *snap = kv_share(c, 0, NULL);
+        kv_free(c);
+        kv_cache *keep = kv_share(snap, 0, NULL); /* the snapshot stays shared throughout */
+        branch_job j[2] = {{snap, {0}, 0}, {snap, {0}, 0}};
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, branch_thread, &j[i]);
+        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        CHECK(j[0].problems == 0 && j[1].problems == 0, "round %d: branch views wrong", round);
+        CHECK(j[0].st.cow_copies + j[1].st.cow_copies == 1, "round %d: %llu + %llu copies, want exactly 1", round,
+              (unsigned long long)j[0].st.cow_copies, (unsigned long long)j[1].st.cow_copies);
+        CHECK(view_problems(snap, 0, 9, 0) == 0 && view_problems(keep, 0, 9, 0) == 0, "round %d: snapshot changed", round);
+        kv_free(keep);
+        kv_free(snap);
+    }
+}
+
 /* ---- the copying path ----------------------------------------------------------- */
 
 static int same_view(const kv_cache *a, const kv_cache *b) {
@@ -368,6 +407,7 @@ int main(void) {
     RUN(snapshot_after_wrap);
     RUN(sharing_tests_can_fail);
     RUN(dense_snapshot_and_branch);
+    RUN(branches_on_threads);
     RUN(copying_path_same_slots);
     RUN(truncate_rules);
     RUN(sane_catches_corruption);

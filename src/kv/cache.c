@@ -223,7 +223,7 @@ kv_cache *kv_share(kv_cache *c, int max_T, kv_stats *stats) {
     s->spare = NULL;
     s->stats = stats;
     s->ready_T = 0;
-    c->ready_T = 0;
+    if (c->ready_T) c->ready_T = 0; /* snapshots are never prepared: restoring one from many threads only reads */
     if (s->buf) atomic_fetch_add(&s->buf->refs, 1);
     return s;
 }
