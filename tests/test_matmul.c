@@ -189,7 +189,7 @@ static double check_kernel(const weight *w, int T) {
     return e;
 }
 
-static const int Ts[] = {1, 2, 3, 4, 5, 7, 16, 64, 129};
+static const int Ts[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 64, 129};
 #define NT ((int)(sizeof Ts / sizeof Ts[0]))
 
 static void float_formats(void) {
@@ -213,7 +213,7 @@ static void affine_formats(void) {
             for (int st = 0; st < 3; st++) {
                 /* cols: several groups, and an odd group count for the bias tail */
                 long cols = (long)groups[g] * (g == 0 ? 9 : 3);
-                const int tsel[] = {1, 3, 7, 129};
+                const int tsel[] = {1, 3, 6, 129};
                 for (int i = 0; i < 4; i++) {
                     tw t = tw_random(WF_AFFINE, 37, cols, bits[b], groups[g], sts[st]);
                     check_kernel(&t.w, tsel[i]);

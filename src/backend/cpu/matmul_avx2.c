@@ -19,8 +19,28 @@
 /* Full unrolling of the short constant loops over activation rows and partial sums,
  * so their accumulators live in registers (GCC -O2 would keep them on the stack). */
 #define UNROLL _Pragma("GCC unroll 16")
-#define GEMV_NT 4      /* activation rows per pass over the weights */
-#define GEMM_MIN_T 5   /* from this many activation rows on, the packed GEMM wins */
+#define GEMV_NT 4      /* activation rows per pass of the narrow GEMV kernels */
+#define GEMV_WIDE 8    /* the wide GEMV kernels take 5..8 rows in one pass */
+/* From this many activation rows on, the packed GEMM wins: below it a GEMV pass reads
+ * the weights once anyway, and the GEMM's panel packing is not yet amortized. */
+#define GEMM_MIN_T (GEMV_WIDE + 1)
+
+/* Calls F(nt) with nt a constant, so each pass size gets its own code. The narrow
+ * and wide kernels are separate functions: sharing one made the T = 1 code 6% slower. */
+#define NT_SWITCH_NARROW(F)                                                                     \
+    switch (nt) {                                                                               \
+    case 1: F(1); break;                                                                        \
+    case 2: F(2); break;                                                                        \
+    case 3: F(3); break;                                                                        \
+    default: F(4); break;                                                                       \
+    }
+#define NT_SWITCH_WIDE(F)                                                                       \
+    switch (nt) {                                                                               \
+    case 5: F(5); break;                                                                        \
+    case 6: F(6); break;                                                                        \
+    case 7: F(7); break;                                                                        \
+    default: F(8); break;                                                                       \
+    }
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -132,19 +152,19 @@ INLINE __m256 chunk_f32(const uint8_t *row, int bits, const unpacker *u, long c,
 }
 
 /* -------------------------------------------------- GEMV over float rows
- * y[t, r] = sum_j W[r, j] x[t, j] with two 8-lane accumulators per activation row,
- * 16 columns per step, then 8, then a scalar tail. */
+ * y[t, r] = sum_j W[r, j] x[t, j], 16 columns per step, then 8, then a scalar tail;
+ * two 8-lane accumulators per activation row up to 4 rows, one beyond (registers). */
 
 #define GEMV_FLOAT(NAME, ELEM, LOAD8, SCALAR)                                                   \
     INLINE void NAME##_nt(const weight *w, const float *x, float *y, int t0, int nt, long r0,   \
                           long r1) {                                                            \
         const long n = (long)w->cols;                                                           \
-        const float *xs[GEMV_NT];                                                               \
+        const float *xs[GEMV_WIDE];                                                             \
         UNROLL                                                                                  \
-        for (int t = 0; t < GEMV_NT; t++) xs[t] = x + (long)(t0 + (t < nt ? t : 0)) * n;        \
+        for (int t = 0; t < GEMV_WIDE; t++) xs[t] = x + (long)(t0 + (t < nt ? t : 0)) * n;      \
         for (long r = r0; r < r1; r++) {                                                        \
             const ELEM *wr = (const ELEM *)w->data + r * n;                                     \
-            __m256 a[GEMV_NT][2];                                                               \
+            __m256 a[GEMV_WIDE][2];                                                             \
             UNROLL                                                                              \
             for (int t = 0; t < nt; t++) a[t][0] = a[t][1] = _mm256_setzero_ps();               \
             long j = 0;                                                                         \
@@ -153,7 +173,8 @@ INLINE __m256 chunk_f32(const uint8_t *row, int bits, const unpacker *u, long c,
                 UNROLL                                                                          \
                 for (int t = 0; t < nt; t++) {                                                  \
                     a[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs[t] + j), a[t][0]);         \
-                    a[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xs[t] + j + 8), a[t][1]);     \
+                    a[t][nt > 4 ? 0 : 1] =                                                      \
+                        _mm256_fmadd_ps(w1, _mm256_loadu_ps(xs[t] + j + 8), a[t][nt > 4 ? 0 : 1]); \
                 }                                                                               \
             }                                                                                   \
             for (; j + 8 <= n; j += 8) {                                                        \
@@ -164,7 +185,7 @@ INLINE __m256 chunk_f32(const uint8_t *row, int bits, const unpacker *u, long c,
             }                                                                                   \
             UNROLL                                                                              \
             for (int t = 0; t < nt; t++) {                                                      \
-                float s = hsum256(_mm256_add_ps(a[t][0], a[t][1]));                             \
+                float s = hsum256(nt > 4 ? a[t][0] : _mm256_add_ps(a[t][0], a[t][1]));          \
                 for (long k = j; k < n; k++) s += SCALAR(wr[k]) * xs[t][k];                     \
                 y[(long)(t0 + t) * w->rows + r] = s;                                            \
             }                                                                                   \
@@ -175,16 +196,20 @@ INLINE __m256 chunk_f32(const uint8_t *row, int bits, const unpacker *u, long c,
         (void)scratch;                                                                          \
         for (int t0 = 0; t0 < T; t0 += GEMV_NT) {                                               \
             int nt = T - t0 < GEMV_NT ? T - t0 : GEMV_NT;                                       \
-            switch (nt) {                                                                       \
-            case 1: NAME##_nt(w, x, y, t0, 1, r0, r1); break;                                   \
-            case 2: NAME##_nt(w, x, y, t0, 2, r0, r1); break;                                   \
-            case 3: NAME##_nt(w, x, y, t0, 3, r0, r1); break;                                   \
-            default: NAME##_nt(w, x, y, t0, 4, r0, r1); break;                                  \
-            }                                                                                   \
+            NT_SWITCH_NARROW(NAME##_CALL)                                                       \
         }                                                                                       \
+    }                                                                                           \
+    static void NAME##_wide(const weight *w, const float *x, float *y, int T, long r0, long r1, \
+                            float *scratch) {                                                   \
+        (void)scratch;                                                                          \
+        const int t0 = 0, nt = T;                                                               \
+        NT_SWITCH_WIDE(NAME##_CALL)                                                             \
     }
 
 #define F32_SCALAR(v) (v)
+#define gemv_f32_CALL(NT) gemv_f32_nt(w, x, y, t0, NT, r0, r1)
+#define gemv_bf16_CALL(NT) gemv_bf16_nt(w, x, y, t0, NT, r0, r1)
+#define gemv_f16_CALL(NT) gemv_f16_nt(w, x, y, t0, NT, r0, r1)
 GEMV_FLOAT(gemv_f32, float, _mm256_loadu_ps, F32_SCALAR)
 GEMV_FLOAT(gemv_bf16, uint16_t, bf16x8, bf16_to_f32)
 GEMV_FLOAT(gemv_f16, uint16_t, f16x8, f16_to_f32)
@@ -222,24 +247,25 @@ static void group_sums(const float *x, long n, int group, int t0, int nt, float 
     }
 }
 
+/* nt <= 4 activation rows: per-group partial sums in registers. */
 INLINE void gemv_affine_nt(const weight *w, const float *x, float *y, int t0, int nt, long r0, long r1,
                            const float *xsum, float *srow, const unpacker *u, int bits, int mx) {
     const long n = (long)w->cols, G = w->group, ng = n / G, cpg = G / 8, tail = chunk_tail(n / 8, bits);
     const long row_bytes = n * bits / 8;
-    const int na = nt == 1 ? 4 : 2;
-    const float *xs[GEMV_NT];
+    const int na = nt == 1 ? 4 : 2; /* partial sums per row (nt <= 4) */
+    const float *xs[4];
     UNROLL
-    for (int t = 0; t < GEMV_NT; t++) xs[t] = x + (long)(t0 + (t < nt ? t : 0)) * n;
+    for (int t = 0; t < 4; t++) xs[t] = x + (long)(t0 + (t < nt ? t : 0)) * n;
     for (long r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + r * row_bytes;
         row_scales(w, r, ng, srow);
-        __m256 acc[GEMV_NT];
+        __m256 acc[4];
         UNROLL
         for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
         for (long g = 0; g < ng; g++) {
             /* na independent partial sums per activation row (4 chunks per step, a
              * group has >= 4 chunks), so no FMA waits on the one before it */
-            __m256 ga[GEMV_NT][4];
+            __m256 ga[4][4];
             UNROLL
             for (int t = 0; t < nt; t++)
                 UNROLL
@@ -261,7 +287,49 @@ INLINE void gemv_affine_nt(const weight *w, const float *x, float *y, int t0, in
                 acc[t] = _mm256_fmadd_ps(gs, s, acc[t]);
             }
         }
-        float btail[GEMV_NT] = {0}; /* bias terms past the last 8 groups */
+        float btail[4] = {0}; /* bias terms past the last 8 groups */
+        if (!mx) {
+            long g = 0;
+            for (; g + 8 <= ng; g += 8) {
+                __m256 b = scale_x8(w->biases, w->stype, r * ng + g);
+                UNROLL
+                for (int t = 0; t < nt; t++) acc[t] = _mm256_fmadd_ps(b, _mm256_loadu_ps(xsum + t * ng + g), acc[t]);
+            }
+            for (; g < ng; g++) {
+                float b = scale_get(w->biases, w->stype, r * ng + g);
+                UNROLL
+                for (int t = 0; t < nt; t++) btail[t] += b * xsum[t * ng + g];
+            }
+        }
+        UNROLL
+        for (int t = 0; t < nt; t++) y[(long)(t0 + t) * w->rows + r] = hsum256(acc[t]) + btail[t];
+    }
+}
+
+/* 4 < nt <= GEMV_NT activation rows. */
+INLINE void gemv_affine_wide_nt(const weight *w, const float *x, float *y, int t0, int nt, long r0, long r1,
+                           const float *xsum, float *srow, const unpacker *u, int bits, int mx) {
+    const long n = (long)w->cols, G = w->group, ng = n / G, cpg = G / 8, tail = chunk_tail(n / 8, bits);
+    const long row_bytes = n * bits / 8;
+    const float *xs[GEMV_WIDE];
+    UNROLL
+    for (int t = 0; t < GEMV_WIDE; t++) xs[t] = x + (long)(t0 + (t < nt ? t : 0)) * n;
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + r * row_bytes;
+        row_scales(w, r, ng, srow);
+        __m256 acc[GEMV_WIDE];
+        UNROLL
+        for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+        for (long g = 0; g < ng; g++) {
+            /* no registers left for per-group partial sums: scale the codes instead */
+            __m256 s = _mm256_broadcast_ss(srow + g);
+            for (long c = g * cpg; c < (g + 1) * cpg; c++) {
+                __m256 q = _mm256_mul_ps(s, mx ? e2m1_x8(codes4(row, c)) : chunk_f32(row, bits, u, c, c >= tail));
+                UNROLL
+                for (int t = 0; t < nt; t++) acc[t] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xs[t] + 8 * c), acc[t]);
+            }
+        }
+        float btail[GEMV_WIDE] = {0}; /* bias terms past the last 8 groups */
         if (!mx) {
             long g = 0;
             for (; g + 8 <= ng; g += 8) {
@@ -281,33 +349,45 @@ INLINE void gemv_affine_nt(const weight *w, const float *x, float *y, int t0, in
 }
 
 /* One specialization per (bits, nt) so the unpacker and token loops are constants. */
-#define AFFINE_NT(BITS, MX)                                                                     \
-    switch (nt) {                                                                               \
-    case 1: gemv_affine_nt(w, x, y, t0, 1, r0, r1, xsum, srow, &u, BITS, MX); break;            \
-    case 2: gemv_affine_nt(w, x, y, t0, 2, r0, r1, xsum, srow, &u, BITS, MX); break;            \
-    case 3: gemv_affine_nt(w, x, y, t0, 3, r0, r1, xsum, srow, &u, BITS, MX); break;            \
-    default: gemv_affine_nt(w, x, y, t0, 4, r0, r1, xsum, srow, &u, BITS, MX); break;           \
+#define AFFINE_CALL(NT) gemv_affine_nt(w, x, y, t0, NT, r0, r1, xsum, srow, &u, BITS_, MX_)
+#define AFFINE_WIDE_CALL(NT) gemv_affine_wide_nt(w, x, y, t0, NT, r0, r1, xsum, srow, &u, BITS_, MX_)
+#define AFFINE_NT(BITS, MX, SW, CALL)                                                           \
+    {                                                                                           \
+        enum { BITS_ = BITS, MX_ = MX };                                                        \
+        SW(CALL)                                                                                \
+    }
+#define AFFINE_FORMATS(SW, CALL)                                                                \
+    if (mx) AFFINE_NT(4, 1, SW, CALL)                                                           \
+    else switch (w->bits) {                                                                     \
+    case 2: AFFINE_NT(2, 0, SW, CALL) break;                                                    \
+    case 3: AFFINE_NT(3, 0, SW, CALL) break;                                                    \
+    case 4: AFFINE_NT(4, 0, SW, CALL) break;                                                    \
+    case 5: AFFINE_NT(5, 0, SW, CALL) break;                                                    \
+    case 6: AFFINE_NT(6, 0, SW, CALL) break;                                                    \
+    default: AFFINE_NT(8, 0, SW, CALL) break;                                                   \
     }
 
+/* scratch: xsum [GEMV_WIDE, cols / group] | srow [cols / group] */
 static void gemv_quant(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
     const long n = (long)w->cols;
     const int mx = w->fmt == WF_MXFP4;
-    float *xsum = scratch;                                       /* [GEMV_NT, cols / group] */
-    float *srow = scratch + ((GEMV_NT * n / w->group + 15) & ~15L); /* [cols / group] */
+    float *xsum = scratch, *srow = scratch + ((GEMV_WIDE * n / w->group + 15) & ~15L);
     unpacker u = unpacker_for(mx ? 4 : w->bits);
     for (int t0 = 0; t0 < T; t0 += GEMV_NT) {
         int nt = T - t0 < GEMV_NT ? T - t0 : GEMV_NT;
         if (!mx) group_sums(x, n, w->group, t0, nt, xsum);
-        if (mx) { AFFINE_NT(4, 1) }
-        else switch (w->bits) {
-        case 2: AFFINE_NT(2, 0) break;
-        case 3: AFFINE_NT(3, 0) break;
-        case 4: AFFINE_NT(4, 0) break;
-        case 5: AFFINE_NT(5, 0) break;
-        case 6: AFFINE_NT(6, 0) break;
-        default: AFFINE_NT(8, 0) break;
-        }
+        AFFINE_FORMATS(NT_SWITCH_NARROW, AFFINE_CALL)
     }
+}
+
+/* 5..8 activation rows in one pass. */
+static void gemv_quant_wide(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
+    const long n = (long)w->cols;
+    const int mx = w->fmt == WF_MXFP4, t0 = 0, nt = T;
+    float *xsum = scratch, *srow = scratch + ((GEMV_WIDE * n / w->group + 15) & ~15L);
+    unpacker u = unpacker_for(mx ? 4 : w->bits);
+    if (!mx) group_sums(x, n, w->group, t0, nt, xsum);
+    AFFINE_FORMATS(NT_SWITCH_WIDE, AFFINE_WIDE_CALL)
 }
 
 /* ------------------------------------------------------ row dequantization
@@ -461,12 +541,13 @@ static void gemm_packed(const weight *w, const float *x, float *y, int T, long r
 
 mm_kernel mm_select_avx2(const weight *w, int T) {
     if (T >= GEMM_MIN_T) return gemm_packed;
+    int wide = T > GEMV_NT;
     switch (w->fmt) {
-    case WF_F32: return gemv_f32;
-    case WF_BF16: return gemv_bf16;
-    case WF_F16: return gemv_f16;
+    case WF_F32: return wide ? gemv_f32_wide : gemv_f32;
+    case WF_BF16: return wide ? gemv_bf16_wide : gemv_bf16;
+    case WF_F16: return wide ? gemv_f16_wide : gemv_f16;
     case WF_AFFINE:
-    case WF_MXFP4: return gemv_quant;
+    case WF_MXFP4: return wide ? gemv_quant_wide : gemv_quant;
     }
     return NULL;
 }
@@ -477,5 +558,9 @@ const char *mm_kernel_name_avx2(mm_kernel k) {
     if (k == gemv_bf16) return "avx2 gemv bf16";
     if (k == gemv_f16) return "avx2 gemv f16";
     if (k == gemv_quant) return "avx2 gemv quant";
+    if (k == gemv_f32_wide) return "avx2 gemv f32 x5-8";
+    if (k == gemv_bf16_wide) return "avx2 gemv bf16 x5-8";
+    if (k == gemv_f16_wide) return "avx2 gemv f16 x5-8";
+    if (k == gemv_quant_wide) return "avx2 gemv quant x5-8";
     return NULL;
 }
