@@ -15,14 +15,14 @@ SANFLAGS :=
 endif
 
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -pthread -Iinclude -Isrc $(SANFLAGS) $(EXTRA_CFLAGS)
-LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lm -pthread
+LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -pthread
 
 # CUDA is built where nvcc exists (CI compiles it; `make test-cuda` runs it on a GPU).
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 LIB_SRC := $(sort $(wildcard src/base/*.c src/io/*.c src/tensor/*.c src/backend/*.c src/backend/cpu/*.c \
-                             src/kv/*.c src/model/*.c src/engine/*.c src/tokenizer/*.c src/api/*.c))
+                             src/kv/*.c src/model/*.c src/engine/*.c src/tokenizer/*.c src/api/*.c src/server/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)

@@ -4,6 +4,8 @@
 set -eu
 pkgs="build-essential clang pkg-config libjansson-dev libpcre2-dev libutf8proc-dev
       libmicrohttpd-dev libedit-dev xz-utils libclang-rt-14-dev"
+# node + npm run the server's end-to-end tests (the openai npm client); Debian's when absent
+command -v npm >/dev/null 2>&1 || pkgs="$pkgs nodejs npm"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -9,4 +9,5 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_chat_template(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 #endif

@@ -17,6 +17,7 @@ static const struct {
     {"detokenize", cmd_detokenize, "token ids (JSON arrays, one per line) to text"},
     {"chat-template", cmd_chat_template, "render the tokenizer's chat template for a list of messages"},
     {"cache", cmd_cache, "evaluate tokens from and/or into a KV cache file (--load-cache, --save-cache)"},
+    {"serve", cmd_serve, "serve the model over an OpenAI-compatible HTTP API (llama-server flags)"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,136 @@
+/* cli/cmd_serve.c: `celer serve`: an OpenAI-compatible HTTP server (src/server/)
+ * with llama-server's flags and their LLAMA_ARG_* environment variables. It binds
+ * first (so /health answers 503 while the model loads), then loads, then waits for
+ * SIGTERM or SIGINT, on which it drains in-flight requests and exits 0. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "celer.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "server/server.h"
+
+static const opt_spec opts[] = {
+    {"--model", "-m", "DIR", "checkpoint directory (config.json + safetensors + tokenizer.json)"},
+    {"--tokenizer", NULL, "PATH", "tokenizer directory or tokenizer.json (default: the model's)"},
+    {"--alias", "-a", "NAME", "model id in /v1/models (default: the directory's name)"},
+    {"--host", NULL, "ADDR", "address to listen on (default 127.0.0.1)"},
+    {"--port", NULL, "N", "port (default 8080; 0: a free one, printed on stderr)"},
+    {"--ctx-size", "-c", "N", "context tokens per slot (default: the model's, at most 4096)"},
+    {"--parallel", "-np", "N", "slots: requests decoded together (default 4)"},
+    {"--n-predict", "-n", "N", "default max_tokens (default -1: until the context is full)"},
+    {"--threads", "-t", "N", "CPU threads (default: all cores)"},
+    {"--batch-size", "-b", "N", "prompt tokens prefilled per step over all slots (default 512)"},
+    {"--api-key", NULL, "KEY", "require the header 'Authorization: Bearer KEY'"},
+    {"--metrics", NULL, NULL, "serve GET /metrics (Prometheus text format)"},
+    {"--no-cache-prompt", NULL, NULL, "do not reuse cached prompt prefixes"},
+    {"--cache-ram", NULL, "MIB", "prompt cache budget in MiB (default 512)"},
+    {"--queue-size", NULL, "N", "requests waiting for a slot before 503 (default 64)"},
+    {"--max-body", NULL, "BYTES", "request body limit, 413 above it (default 8388608)"},
+    {"--quiet", NULL, NULL, "print nothing but errors"},
+};
+
+/* llama-server's environment variables, used when the flag is absent. */
+static const struct {
+    const char *env, *flag;
+} envs[] = {
+    {"LLAMA_ARG_MODEL", "--model"},         {"LLAMA_ARG_ALIAS", "--alias"},
+    {"LLAMA_ARG_HOST", "--host"},           {"LLAMA_ARG_PORT", "--port"},
+    {"LLAMA_ARG_CTX_SIZE", "--ctx-size"},   {"LLAMA_ARG_N_PARALLEL", "--parallel"},
+    {"LLAMA_ARG_N_PREDICT", "--n-predict"}, {"LLAMA_ARG_THREADS", "--threads"},
+    {"LLAMA_ARG_BATCH", "--batch-size"},    {"LLAMA_API_KEY", "--api-key"},
+    {"LLAMA_ARG_ENDPOINT_METRICS", "--metrics"}, {"LLAMA_ARG_NO_CACHE_PROMPT", "--no-cache-prompt"},
+    {"LLAMA_ARG_CACHE_RAM", "--cache-ram"},
+};
+
+static int truthy(const char *v) {
+    return strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 || strcasecmp(v, "on") == 0 || strcasecmp(v, "enabled") == 0;
+}
+
+static void apply_env(args *a) {
+    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
+        const char *v = getenv(envs[i].env);
+        if (!v || !*v) continue;
+        for (int k = 0; k < a->n; k++) {
+            if (strcmp(a->opts[k].lng, envs[i].flag) != 0 || a->val[k]) continue;
+            if (!a->opts[k].meta) a->val[k] = truthy(v) ? "1" : NULL;
+            else a->val[k] = v;
+        }
+    }
+    const char *cp = getenv("LLAMA_ARG_CACHE_PROMPT"); /* the positive spelling */
+    for (int k = 0; cp && k < a->n; k++)
+        if (strcmp(a->opts[k].lng, "--no-cache-prompt") == 0 && !a->val[k] && !truthy(cp)) a->val[k] = "1";
+}
+
+int cmd_serve(int argc, char **argv) {
+    args a = {"serve", "-m DIR [--host ADDR] [--port N] [-np N] [-c N] [--api-key KEY] [--metrics] ...",
+              "Serves the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, "
+              "/v1/models, /health, /metrics, /completion, /tokenize, /detokenize) until SIGTERM.",
+              opts, (int)(sizeof opts / sizeof opts[0]), {0}};
+    int rc = args_parse(&a, argc, argv);
+    if (rc) return rc == 1 ? 0 : 2;
+    apply_env(&a);
+    long port, ctx, np, npred, threads, batch, cache_mib, queue, max_body;
+    if (args_int(&a, "--port", 8080, 0, 65535, &port) || args_int(&a, "--ctx-size", 0, 0, 1 << 24, &ctx) ||
+        args_int(&a, "--parallel", 4, 1, 256, &np) || args_int(&a, "--n-predict", -1, -1, 1 << 24, &npred) ||
+        args_int(&a, "--threads", 0, 0, 1024, &threads) || args_int(&a, "--batch-size", 512, 1, 1 << 20, &batch) ||
+        args_int(&a, "--cache-ram", 512, 0, 1 << 24, &cache_mib) || args_int(&a, "--queue-size", 64, 1, 1 << 20, &queue) ||
+        args_int(&a, "--max-body", 8 << 20, 64, 1L << 32, &max_body))
+        return 2;
+    srv_config cfg = {0};
+    cfg.model_dir = args_get(&a, "--model");
+    if (!cfg.model_dir) {
+        args_usage_error(&a, "missing -m DIR");
+        return 2;
+    }
+    cfg.tokenizer_dir = args_get(&a, "--tokenizer");
+    cfg.alias = args_get(&a, "--alias");
+    cfg.host = args_get(&a, "--host") ? args_get(&a, "--host") : "127.0.0.1";
+    cfg.port = (int)port;
+    cfg.n_parallel = (int)np;
+    cfg.ctx_size = (int)ctx;
+    cfg.n_predict = (int)npred;
+    cfg.n_threads = (int)threads;
+    cfg.batch_size = (int)batch;
+    cfg.api_key = args_get(&a, "--api-key");
+    cfg.metrics = args_get(&a, "--metrics") != NULL;
+    cfg.cache_prompt = args_get(&a, "--no-cache-prompt") == NULL && cache_mib > 0;
+    cfg.cache_bytes = (size_t)cache_mib << 20;
+    cfg.queue_size = (int)queue;
+    cfg.max_body = (size_t)max_body;
+    cfg.quiet = args_get(&a, "--quiet") != NULL;
+
+    /* every thread inherits this mask; this one takes the signals with sigwait */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    srv *s = srv_start(&cfg);
+    if (!s) {
+        cli_error("serve", "%s", celer_last_error());
+        return 1;
+    }
+    if (!cfg.quiet) fprintf(stderr, "celer serve: listening on http://%s:%d\n", cfg.host, s->port);
+    if (srv_load(s) != 0) {
+        cli_error("serve", "%s", celer_last_error());
+        srv_stop(s);
+        srv_free(s);
+        return 1;
+    }
+    if (!cfg.quiet)
+        fprintf(stderr, "celer serve: model %s ready (%s, %s): %d slots x %d tokens of context\n", s->model_id,
+                s->info.model_type, s->info.format, cfg.n_parallel, s->cfg.ctx_size);
+    int sig = 0;
+    sigwait(&set, &sig);
+    if (!cfg.quiet) fprintf(stderr, "celer serve: %s: finishing in-flight requests\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_stop(s);
+    srv_free(s);
+    if (!cfg.quiet) fprintf(stderr, "celer serve: stopped\n");
+    return 0;
+}

@@ -1,0 +1,224 @@
+/* server/server.h: the pieces of `celer serve` and how they meet. The server is a
+ * client of include/celer.h only.
+ *
+ *   http.c       libmicrohttpd glue: routing, bearer key, body limit, waiting for a
+ *                job while watching the socket, streaming through a content reader
+ *   openai.c     request JSON -> srv_request (validated), srv_job -> response JSON
+ *                (OpenAI chat/completions, llama-server /completion), error bodies
+ *   sse.c        a job's event channel (scheduler -> HTTP thread) and SSE framing
+ *   scheduler.c  one thread that owns the model and every session (slot): admits
+ *                queued jobs, prefills in chunks, decodes all slots with one
+ *                celer_batch_eval per step, samples, detokenizes, stops, caches
+ *   metrics.c    counters and histograms in Prometheus text format
+ *   server.c     start (bind), load, run, drain, free
+ *
+ * Threads: libmicrohttpd runs one thread per connection; each parses its request,
+ * submits a job and waits on the job's condition variable. The scheduler thread is
+ * the only one that touches the model, sessions, samplers and the prompt cache. A job
+ * is reference counted (the HTTP side and the scheduler each hold one reference). */
+#ifndef CELER_SERVER_H
+#define CELER_SERVER_H
+#include <jansson.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "celer.h"
+
+/* A growing byte buffer (sse.c). */
+typedef struct {
+    char *p;
+    size_t len, cap, off;       /* bytes [off, len) are not yet sent */
+} srv_buf;
+
+/* ---- configuration (cli/cmd_serve.c fills it) ---- */
+typedef struct {
+    const char *model_dir;
+    const char *tokenizer_dir;  /* NULL: model_dir */
+    const char *alias;          /* model id in /v1/models; NULL: the directory's name */
+    const char *host;           /* "127.0.0.1" */
+    int port;                   /* 0: the kernel picks one (printed on stderr) */
+    int n_parallel;             /* slots */
+    int ctx_size;               /* tokens of context per slot; 0: min(model, 4096) */
+    int n_predict;              /* default max_tokens; -1: until the context is full */
+    int n_threads;              /* CPU threads of the model; 0: all cores */
+    int batch_size;             /* prompt tokens prefilled per step (all slots together) */
+    const char *api_key;        /* NULL: no authentication */
+    int metrics;                /* serve GET /metrics */
+    int cache_prompt;           /* use the prompt cache */
+    size_t cache_bytes;         /* prompt cache budget */
+    int queue_size;             /* jobs waiting for a slot before 503 */
+    size_t max_body;            /* request body limit in bytes (413 above) */
+    int quiet;                  /* no request log on stderr */
+} srv_config;
+
+/* ---- a parsed, validated request ---- */
+enum { SRV_CHAT = 1, SRV_COMPLETION, SRV_NATIVE };
+enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH };
+
+typedef struct {
+    int kind;                   /* SRV_CHAT, SRV_COMPLETION (OpenAI) or SRV_NATIVE (/completion) */
+    char *model;                /* echoed in responses */
+    int32_t *prompt;            /* [n_prompt] token ids */
+    int n_prompt;
+    int max_tokens;             /* generated tokens at most (>= 0) */
+    celer_sampler_params sp;    /* sp.stop points into stop_ids */
+    int32_t *stop_ids;          /* [n_stop_ids] token ids that end generation */
+    int n_stop_ids;
+    char **stop;                /* [n_stop] stop strings (not sent) */
+    int n_stop;
+    int n;                      /* choices */
+    int stream;
+    int include_usage;          /* stream_options.include_usage */
+    int logprobs;               /* report logprobs of chosen tokens */
+    int top_logprobs;           /* alternatives per token (0..20) */
+    int cache_prompt;           /* may use / fill the prompt cache */
+    int return_tokens;          /* native: token ids in the response */
+} srv_request;
+
+void srv_request_free(srv_request *r);
+
+/* ---- what the scheduler sends back: events on the job's channel ---- */
+typedef struct srv_event {
+    struct srv_event *next;
+    int choice;
+    char *text;                 /* new text (may be empty), malloc'd */
+    size_t len;
+    int32_t *tokens;            /* [n_tokens] ids generated with this text */
+    int n_tokens;
+    json_t *logprobs;           /* array of {token, logprob, bytes, top_logprobs}, or NULL */
+    int finish;                 /* SRV_FINISH_*: the choice ended with this event */
+} srv_event;
+
+void srv_event_free(srv_event *e);
+
+typedef struct srv_job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* signalled on every new event and at the end */
+    int refs;
+    srv_request *req;           /* owned */
+    char id[40];                /* "chatcmpl-..." */
+    int64_t created;            /* unix seconds */
+    double t_submit;            /* monotonic seconds */
+    /* written by the scheduler under mu */
+    srv_event *head, *tail;     /* events not yet taken by the HTTP side */
+    int n_prompt, n_cached;     /* usage */
+    int *n_gen;                 /* [req->n] tokens generated per choice */
+    int n_finished;             /* choices finished */
+    int done;                   /* every choice finished (or failed) */
+    int status;                 /* 0, or the HTTP status of a failure */
+    char *error;                /* failure message, malloc'd */
+    /* written by the HTTP side under mu */
+    int cancelled;              /* the client went away */
+} srv_job;
+
+/* A job for req (taking ownership) with refs = 1. NULL on out of memory (req freed). */
+srv_job *srv_job_new(srv_request *req, const char *id_prefix);
+void srv_job_ref(srv_job *j);
+void srv_job_unref(srv_job *j);
+/* Scheduler side: appends an event (taking ownership) and wakes the waiter. */
+void srv_job_push(srv_job *j, srv_event *e);
+/* Scheduler side: marks a choice finished (finish reason already pushed). */
+void srv_job_finish_choice(srv_job *j);
+/* Scheduler side: fails the whole job with an HTTP status and a message. */
+void srv_job_fail(srv_job *j, int status, const char *msg);
+/* HTTP side: takes every pending event (caller frees them), under j->mu held by caller. */
+srv_event *srv_job_take_locked(srv_job *j);
+
+/* ---- the scheduler ---- */
+typedef struct srv_sched srv_sched;
+typedef struct srv_metrics srv_metrics;
+
+typedef struct {
+    int queued, busy, slots;
+    uint64_t kv_bytes;          /* KV rows held by the slots' sessions */
+    uint64_t cache_bytes;       /* bytes the prompt cache accounts for */
+    int cache_entries;
+} srv_sched_stats;
+
+/* Starts the scheduler thread over model m (which it then owns for inference; the
+ * caller keeps it alive until srv_sched_free). NULL on error. */
+srv_sched *srv_sched_new(celer_model *m, const celer_tokenizer *tok, const srv_config *cfg, srv_metrics *met);
+/* Queues a job (taking a reference). 0, or -1 when the queue is full or the
+ * scheduler is draining (the caller answers 503). */
+int srv_sched_submit(srv_sched *s, srv_job *j);
+/* Wakes the scheduler (a job was cancelled). */
+void srv_sched_wake(srv_sched *s);
+void srv_sched_get_stats(srv_sched *s, srv_sched_stats *out);
+/* Refuses new jobs, finishes queued and running ones, stops the thread. */
+void srv_sched_drain(srv_sched *s);
+void srv_sched_free(srv_sched *s);
+
+/* ---- metrics ---- */
+srv_metrics *srv_metrics_new(void);
+void srv_metrics_free(srv_metrics *m);
+void srv_metrics_request(srv_metrics *m, int status);
+void srv_metrics_tokens(srv_metrics *m, int prompt, int cached, int generated);
+/* A job left because its client went away. */
+void srv_metrics_cancelled(srv_metrics *m);
+void srv_metrics_ttft(srv_metrics *m, double seconds);
+void srv_metrics_token_latency(srv_metrics *m, double seconds);
+/* The Prometheus text exposition (malloc'd). */
+char *srv_metrics_render(srv_metrics *m, const srv_sched_stats *st);
+
+/* ---- the server ---- */
+typedef struct srv srv;
+struct srv {
+    srv_config cfg;
+    celer_model *model;
+    celer_tokenizer *tok;
+    celer_model_info info;
+    char *model_id;             /* name in /v1/models */
+    int32_t *eos_ids;           /* [n_eos] tokens that end every generation */
+    int n_eos;
+    int has_template;
+    srv_sched *sched;
+    srv_metrics *metrics;
+    void *httpd;                /* struct MHD_Daemon * */
+    int port;                   /* bound port */
+    volatile int ready;         /* model loaded (read with __atomic) */
+    volatile int draining;      /* SIGTERM seen: refuse new work */
+    volatile int active;        /* requests being handled */
+};
+
+/* Binds host:port and starts answering (/health says 503 until srv_load). NULL on error. */
+srv *srv_start(const srv_config *cfg);
+/* Opens the model and tokenizer and starts the scheduler. -1 on error. */
+int srv_load(srv *s);
+/* Refuses new requests, finishes in-flight ones, stops HTTP and the scheduler. */
+void srv_stop(srv *s);
+void srv_free(srv *s);
+
+/* http.c */
+int http_start(srv *s);
+void http_stop(srv *s);
+
+/* openai.c: request parsing. Returns the request, or NULL with *status (400, 404, ...)
+ * and *msg (malloc'd) set. `path` picks the kind. */
+srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *status, char **msg, const char **param);
+/* An OpenAI-style error body {"error":{"message","type","param","code"}} (malloc'd). */
+char *openai_error_json(int status, const char *msg, const char *param);
+/* The non-streaming response of a finished job, from all its events (malloc'd). */
+char *openai_response_json(srv *s, srv_job *j, srv_event *events);
+/* Appends the SSE frames of one event to out (first: the choice's first event).
+ * -1 on out of memory. */
+int openai_stream_event(srv *s, srv_job *j, const srv_event *e, int first, srv_buf *out);
+/* Appends the closing frames of a finished stream (an error, the usage chunk,
+ * "[DONE]"), reading the job under its lock. */
+int openai_stream_end(srv *s, srv_job *j, srv_buf *out);
+/* GET /v1/models; POST /tokenize, /detokenize (status in *status). */
+char *openai_models_json(srv *s);
+char *openai_tokenize_json(srv *s, const char *body, size_t len, int *status);
+char *openai_detokenize_json(srv *s, const char *body, size_t len, int *status);
+
+/* sse.c: a growing byte buffer, and SSE framing. */
+int srv_buf_add(srv_buf *b, const char *data, size_t n);
+/* Appends "data: <json>\n\n". */
+int sse_frame(srv_buf *b, const char *json);
+void srv_buf_free(srv_buf *b);
+
+/* 1 when the n bytes are valid UTF-8. */
+int srv_utf8_valid(const char *p, size_t n);
+/* Monotonic seconds. */
+double srv_now(void);
+#endif

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# tests/cli_serve.sh: `celer serve` end to end. Servers bind 127.0.0.1 on a port the
+# kernel picks (--port 0, read back from the log); clients are node scripts in
+# tests/server/ using the openai npm package (installed here into BUILD/npm) and raw
+# sockets. Every wait is bounded. Cases: flags and LLAMA_ARG_* variables, the openai
+# client against models/default (chat, completions, streaming, logprobs, n, stop, 16
+# concurrent greedy streams = alone), bad input, a full queue, the second-turn prompt
+# cache on the gemma3 and gpt_oss fixtures, a disconnect mid-stream, SIGTERM draining.
+set -u
+C=${CELER_BIN:-build/celer}
+B=$(dirname "$C")
+T=$(mktemp -d)
+pass=0; fail=0; PIDS=""
+cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; rm -rf "$T"; }
+trap cleanup EXIT
+ok()  { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+finish() { echo "@@ $pass passed $fail failed"; [ "$fail" = 0 ]; exit $?; }
+
+# start NAME ARGS...: starts a server, sets PORT and PID, waits for /health 200 (bounded)
+start() {
+  local name=$1; shift
+  : >"$T/$name.log"
+  "$C" serve --port 0 "$@" >"$T/$name.log" 2>&1 &
+  PID=$!; PIDS="$PIDS $PID"; PORT=""
+  for _ in $(seq 1 600); do
+    PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/$name.log" | grep -o '[0-9]*$')
+    if [ -n "$PORT" ] && grep -q ' ready ' "$T/$name.log"; then return 0; fi
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  bad "$name: server did not start: $(cat "$T/$name.log")"; return 1
+}
+# stop PID: SIGTERM, then wait (bounded) for a clean exit
+stop() {
+  local pid=$1
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; return 1; fi
+  wait "$pid"
+}
+# node SCRIPT ARGS...: runs a test script (bounded), counts its ok/FAIL lines
+node_case() {
+  local out rc
+  out=$(timeout 300 node "tests/server/$1" "${@:2}" 2>&1); rc=$?
+  echo "$out"
+  pass=$((pass + $(grep -c '^ok ' <<<"$out")))
+  fail=$((fail + $(grep -c '^FAIL ' <<<"$out")))
+  if [ "$rc" != 0 ] && ! grep -q '^FAIL ' <<<"$out"; then bad "$1 exited $rc"; fi
+}
+
+# ---- flags ----
+out=$("$C" serve --help 2>&1)
+if grep -q 'usage: celer serve' <<<"$out" && grep -q -- '--api-key' <<<"$out" && grep -q -- '-np, --parallel' <<<"$out"; then ok "serve --help"; else bad "serve --help: $out"; fi
+out=$("$C" serve --frobnicate 2>&1); rc=$?
+[ "$rc" = 2 ] && grep -q "unknown flag '--frobnicate'" <<<"$out" && ok "serve unknown flag" || bad "serve unknown flag ($rc): $out"
+out=$("$C" serve --port 0 2>&1); rc=$?
+[ "$rc" = 2 ] && grep -q "missing -m DIR" <<<"$out" && ok "serve missing -m" || bad "serve missing -m ($rc): $out"
+out=$("$C" serve -m "$T/none" --port 0 2>&1); rc=$?
+[ "$rc" = 1 ] && grep -q "error" <<<"$out" && ok "serve missing model: exit 1" || bad "serve missing model ($rc): $out"
+
+# ---- the npm client ----
+NPM_DIR="$(cd "$B" && pwd)/npm"
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  bad "node and npm are needed (scripts/deps.sh installs Debian's nodejs and npm)"; finish
+fi
+if [ ! -f "$NPM_DIR/node_modules/openai/package.json" ]; then
+  timeout 300 npm install --prefix "$NPM_DIR" --no-audit --no-fund --no-save --loglevel=error openai@5.23.2 >"$T/npm.log" 2>&1 ||
+    { bad "npm install openai: $(tail -5 "$T/npm.log")"; finish; }
+fi
+export NPM_DIR
+
+# ---- models/default: the openai client, bad input; LLAMA_ARG_* variables ----
+KEY=sekrit-$$
+if LLAMA_ARG_N_PARALLEL=16 LLAMA_ARG_ENDPOINT_METRICS=1 start main -m models/default --api-key "$KEY" -c 256 --max-body 65536; then
+  MAIN=$PID
+  slots=$(curl -s -H "Authorization: Bearer $KEY" "http://127.0.0.1:$PORT/metrics" | grep '^celer_slots_total ' | cut -d' ' -f2)
+  [ "$slots" = 16 ] && ok "LLAMA_ARG_N_PARALLEL, LLAMA_ARG_ENDPOINT_METRICS" || bad "LLAMA_ARG_* variables: slots '$slots'"
+  node_case e2e.mjs "$PORT" "$KEY"
+  node_case bad.mjs "$PORT" "$KEY"
+  m=$(curl -s -H "Authorization: Bearer $KEY" "http://127.0.0.1:$PORT/metrics")
+  for k in celer_requests_total celer_prompt_tokens_total celer_completion_tokens_total celer_prompt_cache_hits_total \
+           celer_prompt_cache_reused_tokens_total celer_kv_bytes_in_use celer_queue_depth \
+           celer_time_to_first_token_seconds_bucket celer_time_per_output_token_seconds_bucket; do
+    grep -q "^$k" <<<"$m" || { bad "metrics lack $k"; continue; }
+  done
+  hits=$(grep '^celer_prompt_cache_hits_total ' <<<"$m" | cut -d' ' -f2)
+  [ "${hits:-0}" -gt 0 ] 2>/dev/null && ok "metrics: counters and histograms" || bad "metrics: $m"
+  stop "$MAIN" && ok "SIGTERM: clean exit" || bad "SIGTERM: exit $?: $(tail -3 "$T/main.log")"
+fi
+
+# ---- a full queue answers 503 ----
+if start queue -m models/default -np 1 --queue-size 1; then
+  node_case queue.mjs "$PORT"
+  stop "$PID" || bad "queue server exit"
+fi
+
+# ---- second turn on sliding-window fixtures; a disconnect mid-stream ----
+for fx in gemma3 gpt_oss; do
+  if start "$fx" -m "tests/fixtures/models/$fx" --tokenizer tests/server/tok512 -np 2 --metrics; then
+    echo "# $fx"
+    node_case cache.mjs "$PORT"
+    stop "$PID" || bad "$fx server exit"
+  fi
+done
+
+# ---- SIGTERM while a stream is running: it finishes, then the process exits 0 ----
+if start drain -m models/default -np 2; then
+  node_case drain.mjs "$PORT" "$PID"
+  stop "$PID" && ok "drain: exit 0" || bad "drain: exit status $?"
+  grep -q 'finishing in-flight requests' "$T/drain.log" && grep -q 'stopped' "$T/drain.log" && ok "drain: logged" || bad "drain log: $(cat "$T/drain.log")"
+fi
+finish
