@@ -9,6 +9,7 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *about;
 } commands[] = {
+    {"run", cmd_run, "chat with a model (the embedded default model when none is given)"},
     {"generate", cmd_generate, "generate tokens greedily from a prompt of token ids"},
     {"logits", cmd_logits, "write the logits after every input token to a safetensors file"},
     {"bench", cmd_bench, "measure prefill and decode speed (llama-bench style)"},

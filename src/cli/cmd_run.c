@@ -1,0 +1,454 @@
+/* cli/cmd_run.c: `celer run [MODEL]`: an interactive chat on a checkpoint directory
+ * (the embedded default model when none is given). Each turn renders the whole
+ * conversation with the tokenizer's chat template, keeps the longest prefix the
+ * session already holds in its KV cache and feeds only the rest, then streams the
+ * sampled answer. Ctrl-C stops an answer; /reset, /system TEXT, /stats, /quit.
+ * -p TEXT answers once and exits without reading standard input. */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#ifdef CELER_HAVE_EDITLINE
+#include <editline/readline.h>
+#endif
+
+#include "celer.h"
+#include "celer_tokenizer.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/sampling.h"
+
+static const opt_spec opts[] = {
+    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
+    {"--prompt", "-p", "TEXT", "answer TEXT once and exit (standard input is not read)"},
+    {"--system", NULL, "TEXT", "system prompt"},
+    {"--n-predict", "-n", "N", "most tokens per answer (default: until end of turn or context)"},
+    {"--ctx-size", "-c", "N", "context size in tokens (default: the model's, at most 4096)"},
+    {"--threads", "-t", "N", "CPU threads (default: all cores)"},
+    {"--quiet", "-q", NULL, "no status lines on stderr (loading, per-answer speed)"},
+    CLI_SAMPLING_OPTS,
+};
+
+/* Set by SIGINT; an answer in progress checks it after every token. */
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    celer_model *m;
+    celer_tokenizer *tk;
+    celer_session *s;
+    celer_sampler *smp;
+    celer_detok *dt;
+    celer_model_info info;
+    int ctx, n_predict, quiet;
+    int32_t eos[2];           /* the model's and the tokenizer's end-of-turn ids (-1: none) */
+    json_t *msgs;             /* [{role, content}] of the conversation, system excluded */
+    char *system;             /* system prompt or NULL */
+    int32_t *hist;            /* [ctx] the tokens the session holds */
+    int n_hist;
+    int32_t *ans;             /* [ctx] the current answer's ids */
+    double t_first;           /* when the current answer's first token came */
+    /* statistics: the last turn, and totals */
+    int last_new, last_reused, last_gen;
+    double last_prefill_s, last_gen_s;
+    long turns, tot_new, tot_reused, tot_gen;
+    double tot_gen_s;
+} chat;
+
+/* ---------------------------------------------------------------- model lookup */
+
+static int has_config(const char *dir) {
+    char p[PATH_MAX + 128];
+    struct stat st;
+    if ((size_t)snprintf(p, sizeof p, "%.*s/config.json", PATH_MAX, dir) >= sizeof p) return 0;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The embedded default model: $CELER_DEFAULT_MODEL, else models/default beside the
+ * executable's folder (build/celer -> models/default) or under ../share/celer, else
+ * ./models/default. NULL when none is there. */
+static const char *default_model_dir(char *buf, size_t n) {
+    const char *env = getenv("CELER_DEFAULT_MODEL");
+    if (env && *env) return env;
+    char exe[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k > 0) {
+        exe[k] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            const char *rel[] = {"/../models/default", "/../share/celer/models/default", "/models/default"};
+            for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+                char cand[PATH_MAX + 64];
+                snprintf(cand, sizeof cand, "%s%s", exe, rel[i]);
+                if (has_config(cand) && n >= PATH_MAX && realpath(cand, buf)) return buf;
+            }
+        }
+    }
+    return has_config("models/default") ? "models/default" : NULL;
+}
+
+/* ---------------------------------------------------------------- one turn */
+
+static int is_end(const chat *c, int32_t t) {
+    return t == c->eos[0] || t == c->eos[1] || celer_sampler_is_stop(c->smp, t);
+}
+
+/* Streams a token's text (end-of-turn tokens print nothing); stops on Ctrl-C. */
+static int on_token(int32_t t, void *ctx) {
+    chat *c = ctx;
+    if (c->t_first == 0) c->t_first = now();
+    if (!is_end(c, t)) {
+        size_t len;
+        const char *piece = celer_detok_put(c->dt, t, &len);
+        if (piece && len) {
+            fwrite(piece, 1, len, stdout);
+            fflush(stdout);
+        }
+    }
+    return interrupted != 0;
+}
+
+/* The prompt for the conversation plus a new user message: the chat template with
+ * the generation prompt, or the user's text alone when the tokenizer has none.
+ * Returns the token count (ids malloc'd) or -1. */
+static int render_prompt(chat *c, const char *user, int32_t **ids) {
+    if (!celer_tokenizer_has_template(c->tk)) return celer_tokenize(c->tk, user, strlen(user), 1, ids);
+    json_t *all = json_array();
+    if (c->system) json_array_append_new(all, json_pack("{s:s,s:s}", "role", "system", "content", c->system));
+    json_array_extend(all, c->msgs);
+    json_array_append_new(all, json_pack("{s:s,s:s}", "role", "user", "content", user));
+    char *js = json_dumps(all, JSON_COMPACT);
+    json_decref(all);
+    char *text = js ? celer_chat_render(c->tk, js, NULL, 1) : NULL;
+    free(js);
+    if (!text) return -1;
+    int n = celer_tokenize(c->tk, text, strlen(text), 0, ids);
+    free(text);
+    return n;
+}
+
+/* Answers one user message. 0 ok (also when interrupted), -1 on error (printed;
+ * the conversation is unchanged). */
+static int chat_turn(chat *c, const char *user) {
+    int32_t *ids = NULL;
+    int n = render_prompt(c, user, &ids);
+    if (n < 0) {
+        cli_error("run", "%s", celer_last_error());
+        return -1;
+    }
+    if (n == 0 || n >= c->ctx) {
+        cli_error("run", "the conversation is %d tokens, the context %d: /reset to start over", n, c->ctx);
+        free(ids);
+        return -1;
+    }
+    /* keep what the cache already holds: the longest common prefix, less one token
+     * so that there is something to feed for fresh logits */
+    int keep = 0;
+    while (keep < c->n_hist && keep < n && c->hist[keep] == ids[keep]) keep++;
+    if (keep >= n) keep = n - 1;
+    if (celer_session_rewind(c->s, keep) != 0) keep = 0, celer_session_rewind(c->s, 0);
+    c->n_hist = keep;
+    int room = c->ctx - n;
+    int n_gen = c->n_predict > 0 && c->n_predict < room ? c->n_predict : room;
+    celer_detok_free(c->dt);  /* a fresh stream per answer */
+    if (!(c->dt = celer_detok_new(c->tk, 1))) {
+        cli_error("run", "%s", celer_last_error());
+        free(ids);
+        return -1;
+    }
+    c->t_first = 0;
+    double t0 = now();
+    int k = celer_generate_sampled(c->s, c->smp, ids + keep, n - keep, n_gen, c->eos[0], c->ans, on_token, c);
+    double t1 = now();
+    size_t len;
+    const char *rest = celer_detok_flush(c->dt, &len);
+    if (rest && len) fwrite(rest, 1, len, stdout);
+    printf("\n");
+    fflush(stdout);
+    if (k < 0) {
+        cli_error("run", "%s", celer_last_error());
+        c->n_hist = 0;
+        celer_session_rewind(c->s, 0);
+        free(ids);
+        return -1;
+    }
+    /* the session now holds ids and every generated token but the last */
+    int pos = celer_session_pos(c->s);
+    memcpy(c->hist, ids, (size_t)n * sizeof *ids);
+    if (pos > n) memcpy(c->hist + n, c->ans, (size_t)(pos - n) * sizeof *ids);
+    c->n_hist = pos;
+    int shown = k;
+    while (shown > 0 && is_end(c, c->ans[shown - 1])) shown--;
+    char *answer = celer_detokenize(c->tk, c->ans, (size_t)shown, 1, NULL);
+    json_array_append_new(c->msgs, json_pack("{s:s,s:s}", "role", "user", "content", user));
+    json_array_append_new(c->msgs, json_pack("{s:s,s:s}", "role", "assistant", "content", answer ? answer : ""));
+    free(answer);
+    free(ids);
+    /* statistics */
+    c->last_new = n - keep;
+    c->last_reused = keep;
+    c->last_gen = k;
+    c->last_prefill_s = (c->t_first ? c->t_first : t1) - t0;
+    c->last_gen_s = c->t_first ? t1 - c->t_first : 0;
+    c->turns++;
+    c->tot_new += c->last_new;
+    c->tot_reused += keep;
+    c->tot_gen += k;
+    c->tot_gen_s += c->last_gen_s;
+    if (!c->quiet)
+        fprintf(stderr, "[%d tokens, %.1f tok/s; prompt %d new + %d cached%s]\n", k,
+                k > 1 && c->last_gen_s > 0 ? (k - 1) / c->last_gen_s : 0.0, c->last_new, keep,
+                interrupted ? "; interrupted" : "");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- commands */
+
+static void print_stats(const chat *c) {
+    long prompt = c->tot_new + c->tot_reused;
+    printf("context: %d of %d tokens; %ld turns\n", c->n_hist, c->ctx, c->turns);
+    if (c->turns) {
+        printf("last turn: prompt %d new + %d reused from the cache, %d generated at %.1f tok/s\n", c->last_new,
+               c->last_reused, c->last_gen, c->last_gen > 1 && c->last_gen_s > 0 ? (c->last_gen - 1) / c->last_gen_s : 0.0);
+        printf("total: %ld prompt tokens, %ld reused from the cache (%.0f%%); %ld generated at %.1f tok/s\n", prompt,
+               c->tot_reused, prompt ? 100.0 * c->tot_reused / prompt : 0.0, c->tot_gen,
+               c->tot_gen_s > 0 ? (c->tot_gen - c->turns) / c->tot_gen_s : 0.0);
+    }
+    fflush(stdout);
+}
+
+static void chat_reset(chat *c) {
+    json_array_clear(c->msgs);
+    c->n_hist = 0;
+    celer_session_rewind(c->s, 0);
+}
+
+/* Waits until standard input (a terminal) has a line or Ctrl-C comes. SIGINT is
+ * blocked except inside ppoll, so a Ctrl-C that lands just before the wait is not
+ * lost. 0: a line is ready; 1: interrupted. */
+static int wait_input(void) {
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    int r = 0;
+    for (;;) {
+        if (interrupted) {
+            r = 1;
+            break;
+        }
+        struct pollfd p = {0, POLLIN, 0};
+        if (ppoll(&p, 1, NULL, &old) >= 0 || errno != EINTR) break;
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return r;
+}
+
+#ifdef CELER_HAVE_EDITLINE
+/* libedit's character source: waits as wait_input does, so Ctrl-C at the prompt
+ * ends the read (readline then returns NULL with interrupted set). */
+static int edit_getc(FILE *f) {
+    (void)f;
+    unsigned char ch;
+    if (wait_input()) return EOF;
+    return read(0, &ch, 1) == 1 ? ch : EOF;
+}
+#endif
+
+/* Reads one line (without its newline) into a malloc'd string; NULL at end of input.
+ * Ctrl-C at the prompt gives an empty line. A Ctrl-C from the prompt on counts for
+ * the answer that follows. */
+static char *read_line(int interactive) {
+    interrupted = 0;
+#ifdef CELER_HAVE_EDITLINE
+    if (interactive) {
+        rl_getc_function = edit_getc;
+        char *l = readline("> ");
+        if (!l && interrupted) {  /* Ctrl-C at the prompt: a fresh one */
+            putchar('\n');
+            interrupted = 0;
+            return strdup("");
+        }
+        if (l && *l) add_history(l);
+        return l;
+    }
+#endif
+    if (interactive) {
+        fputs("> ", stdout);
+        fflush(stdout);
+        if (wait_input()) {
+            putchar('\n');
+            interrupted = 0;
+            return strdup("");
+        }
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    errno = 0;
+    ssize_t n = getline(&line, &cap, stdin);
+    if (n < 0) {
+        int intr = errno == EINTR && interactive;
+        free(line);
+        if (intr) {  /* Ctrl-C while the line was being read */
+            clearerr(stdin);
+            putchar('\n');
+            interrupted = 0;
+            return strdup("");
+        }
+        return NULL;
+    }
+    if (n > 0 && line[n - 1] == '\n') line[--n] = '\0';
+    if (n > 0 && line[n - 1] == '\r') line[--n] = '\0';
+    return line;
+}
+
+static void print_help(void) {
+    printf("/reset          forget the conversation (the system prompt stays)\n"
+           "/system TEXT    set the system prompt (/system alone clears it)\n"
+           "/stats          tokens in context, speed, and prompt-cache reuse\n"
+           "/quit           leave (also Ctrl-D); Ctrl-C stops an answer\n");
+}
+
+/* 1: leave, 0: go on. */
+static int handle_command(chat *c, const char *line) {
+    if (strcmp(line, "/quit") == 0 || strcmp(line, "/exit") == 0) return 1;
+    if (strcmp(line, "/reset") == 0) {
+        chat_reset(c);
+        printf("(conversation cleared)\n");
+    } else if (strcmp(line, "/stats") == 0) {
+        print_stats(c);
+    } else if (strncmp(line, "/system", 7) == 0 && (line[7] == '\0' || line[7] == ' ')) {
+        const char *t = line + 7;
+        while (*t == ' ') t++;
+        free(c->system);
+        c->system = *t ? strdup(t) : NULL;
+        printf(*t ? "(system prompt set)\n" : "(system prompt cleared)\n");
+    } else if (strcmp(line, "/help") == 0 || strcmp(line, "/?") == 0) {
+        print_help();
+    } else {
+        printf("unknown command %s; /help lists them\n", line);
+    }
+    fflush(stdout);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- entry */
+
+int cmd_run(int argc, char **argv) {
+    args a = {"run", "[MODEL_DIR] [-p TEXT] [--system TEXT] [-n N] [--temp F ...]",
+              "Chats with a model (the embedded default model when none is given).", opts,
+              (int)(sizeof opts / sizeof opts[0]), {0}};
+    const char *pos_model = NULL;
+    if (argc > 0 && argv[0][0] != '-') {  /* celer run DIR ... */
+        pos_model = argv[0];
+        argc--, argv++;
+    }
+    int rc = args_parse(&a, argc, argv);
+    if (rc) return rc == 1 ? 0 : 2;
+    long n_pred, ctx, threads;
+    if (args_int(&a, "--n-predict", -1, -1, 1 << 24, &n_pred) || args_int(&a, "--ctx-size", 0, 16, 1 << 24, &ctx) ||
+        args_int(&a, "--threads", 0, 1, 1024, &threads))
+        return 2;
+    const char *dir = args_get(&a, "--model");
+    if (dir && pos_model) {
+        args_usage_error(&a, "give the model once (MODEL_DIR or -m)");
+        return 2;
+    }
+    if (!dir) dir = pos_model;
+    chat c = {0};
+    c.quiet = args_get(&a, "--quiet") != NULL;
+    char defbuf[PATH_MAX + 64];
+    if (!dir) {
+        if (!(dir = default_model_dir(defbuf, sizeof defbuf))) {
+            cli_error("run", "no model given and the default model (models/default) was not found; "
+                             "set CELER_DEFAULT_MODEL or give a checkpoint directory");
+            return 1;
+        }
+        if (!c.quiet) fprintf(stderr, "celer: the default model (%s)\n", dir);
+    }
+    const char *prompt = args_get(&a, "--prompt"), *sys = args_get(&a, "--system");
+    int status = 1;
+    int tty_err = cli_stderr_is_tty() && !c.quiet;
+    if (tty_err) fprintf(stderr, "celer: loading %s ...", dir);
+    c.m = celer_model_open(dir, (int)threads);
+    if (tty_err) fprintf(stderr, "\r\033[K");
+    if (!c.m || !(c.tk = celer_tokenizer_open(dir))) {
+        cli_error("run", "%s", celer_last_error());
+        goto done;
+    }
+    celer_model_get_info(c.m, &c.info);
+    c.ctx = ctx ? (int)ctx : c.info.max_context > 0 && c.info.max_context < 4096 ? c.info.max_context : 4096;
+    c.n_predict = (int)n_pred;
+    c.eos[0] = c.info.eos_token;
+    c.eos[1] = celer_tokenizer_eos(c.tk);
+    celer_sampler_params sp;
+    uint64_t seed;
+    if (cli_sampling_params(&a, 0.8f, c.ctx, &sp, &seed)) {
+        status = 2;
+        goto done;
+    }
+    if (c.eos[1] >= 0 && c.eos[1] < c.info.vocab_size && c.eos[1] != c.eos[0]) {
+        sp.stop = &c.eos[1];
+        sp.n_stop = 1;
+    }
+    c.msgs = json_array();
+    c.system = sys ? strdup(sys) : NULL;
+    if (!(c.smp = celer_sampler_new(&sp, c.info.vocab_size)) || !(c.s = celer_session_new(c.m, c.ctx, 512)) ||
+        !(c.dt = celer_detok_new(c.tk, 1)) || !(c.hist = malloc((size_t)c.ctx * sizeof *c.hist)) ||
+        !(c.ans = malloc((size_t)c.ctx * sizeof *c.ans)) || !c.msgs) {
+        cli_error("run", "%s", celer_last_error()[0] ? celer_last_error() : "out of memory");
+        goto done;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;  /* no SA_RESTART: Ctrl-C at the prompt interrupts the read */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    if (prompt) {
+        status = chat_turn(&c, prompt) == 0 ? 0 : 1;
+        goto done;
+    }
+    int interactive = isatty(0);
+    if (interactive && !c.quiet)
+        fprintf(stderr, "celer: %s, %s, context %d; /help for commands, Ctrl-C stops an answer, /quit leaves\n",
+                c.info.model_type, c.info.format, c.ctx);
+    status = 0;
+    for (;;) {
+        char *line = read_line(interactive);
+        if (!line) break;
+        int leave = 0;
+        if (line[0] == '/') leave = handle_command(&c, line);
+        else if (line[0]) chat_turn(&c, line);
+        free(line);
+        if (leave) break;
+    }
+done:
+    json_decref(c.msgs);
+    free(c.system);
+    free(c.hist);
+    free(c.ans);
+    celer_detok_free(c.dt);
+    celer_session_free(c.s);
+    celer_sampler_free(c.smp);
+    celer_tokenizer_free(c.tk);
+    celer_model_free(c.m);
+    return status;
+}

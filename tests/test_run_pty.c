@@ -1,0 +1,160 @@
+/* tests/test_run_pty.c: `celer run` driven through a pseudo-terminal, as a person
+ * would: two turns on the default model (greedy), the second reusing the first
+ * from the KV cache (/stats says so), Ctrl-C at the prompt and during an answer
+ * leaving the chat alive, and /quit ending it with status 0. The binary is
+ * $CELER_BIN (tests/run.sh sets it), else build/celer. */
+#include <errno.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+typedef struct {
+    int fd;
+    pid_t pid;
+    char buf[1 << 16];  /* output since the last expect */
+    size_t len;
+} term;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Reads until the output holds want; consume: then keep only what follows it.
+ * 0 ok, -1 on timeout or end of output. */
+static int wait_for(term *t, const char *want, double timeout, int consume) {
+    double end = now() + timeout;
+    for (;;) {
+        t->buf[t->len] = '\0';
+        char *hit = strstr(t->buf, want);
+        if (hit) {
+            if (!consume) return 0;
+            size_t skip = (size_t)(hit - t->buf) + strlen(want);
+            memmove(t->buf, t->buf + skip, t->len - skip + 1);
+            t->len -= skip;
+            return 0;
+        }
+        double left = end - now();
+        if (left <= 0) return -1;
+        struct pollfd p = {t->fd, POLLIN, 0};
+        int r = poll(&p, 1, (int)(left * 1000) + 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        if (t->len + 1 >= sizeof t->buf) {  /* keep the newest half */
+            memmove(t->buf, t->buf + t->len / 2, t->len - t->len / 2);
+            t->len -= t->len / 2;
+        }
+        ssize_t n = read(t->fd, t->buf + t->len, sizeof t->buf - 1 - t->len);
+        if (n <= 0) return -1;
+        t->len += (size_t)n;
+    }
+}
+
+static int expect(term *t, const char *want, double timeout) { return wait_for(t, want, timeout, 1); }
+
+/* Skips output through the next "> " prompt. */
+static int until_prompt(term *t, double timeout) { return expect(t, "> ", timeout); }
+
+static void say(term *t, const char *s) {
+    size_t n = strlen(s);
+    while (n) {
+        ssize_t w = write(t->fd, s, n);
+        if (w <= 0) return;
+        s += w, n -= (size_t)w;
+    }
+}
+
+static int start(term *t) {
+    const char *bin = getenv("CELER_BIN");
+    if (!bin || !*bin) bin = "build/celer";
+    memset(t, 0, sizeof *t);
+    struct winsize ws = {40, 120, 0, 0};
+    t->pid = forkpty(&t->fd, NULL, NULL, &ws);
+    if (t->pid < 0) return -1;
+    if (t->pid == 0) {
+        unsetenv("CELER_DEFAULT_MODEL");
+        execl(bin, bin, "run", "--temp", "0", "-t", "2", (char *)NULL);
+        _exit(127);
+    }
+    return 0;
+}
+
+static int finish(term *t) {
+    int st = 0;
+    double end = now() + 10;
+    while (now() < end) {
+        pid_t r = waitpid(t->pid, &st, WNOHANG);
+        if (r == t->pid) {
+            close(t->fd);
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
+        char tmp[4096];  /* drain so the child never blocks on a full terminal */
+        struct pollfd p = {t->fd, POLLIN, 0};
+        if (poll(&p, 1, 50) > 0 && read(t->fd, tmp, sizeof tmp) <= 0) usleep(10000);
+    }
+    kill(t->pid, SIGKILL);
+    waitpid(t->pid, &st, 0);
+    close(t->fd);
+    return -1;
+}
+
+static void two_turns_reuse_cache(void) {
+    term t;
+    CHECK(start(&t) == 0, "forkpty: %s", strerror(errno));
+    if (t.pid <= 0) return;
+    CHECK(until_prompt(&t, 30) == 0, "no first prompt");
+    say(&t, "In the beginning\r");
+    /* transformers' greedy answer to this chat (docs/default-model.md) */
+    CHECK(expect(&t, "of the reign of Asa king of Judah began Ahaziah", 30) == 0, "first answer missing");
+    CHECK(until_prompt(&t, 30) == 0, "no prompt after the first answer");
+    say(&t, "Blessed are the\r");
+    CHECK(until_prompt(&t, 30) == 0, "no prompt after the second answer");
+    say(&t, "/stats\r");
+    CHECK(expect(&t, "last turn: prompt ", 10) == 0, "/stats shows no last turn");
+    int fresh = -1, reused = -1;
+    wait_for(&t, "reused", 5, 0);  /* the rest of the line */
+    sscanf(t.buf, "%d new + %d", &fresh, &reused);
+    CHECK(fresh > 0 && reused >= 36, "second turn: %d new + %d reused, want the first turn (>= 36 tokens) reused", fresh,
+          reused);
+    CHECK(until_prompt(&t, 10) == 0, "no prompt after /stats");
+    say(&t, "/quit\r");
+    int st = finish(&t);
+    CHECK(st == 0, "exit status %d after /quit", st);
+}
+
+static void ctrl_c_keeps_the_chat(void) {
+    term t;
+    CHECK(start(&t) == 0, "forkpty: %s", strerror(errno));
+    if (t.pid <= 0) return;
+    CHECK(until_prompt(&t, 30) == 0, "no first prompt");
+    usleep(200000);
+    say(&t, "\003");  /* at the prompt: a fresh prompt */
+    CHECK(until_prompt(&t, 10) == 0, "no prompt after Ctrl-C at the prompt; output: %s", t.buf);
+    /* greedy "hello" loops ("and of the Levites, ...") until the context is full:
+     * Ctrl-C once it has started stops it, and the chat stays */
+    say(&t, "hello\r");
+    CHECK(expect(&t, "of the Levites", 30) == 0, "the long answer did not start");
+    say(&t, "\003");
+    CHECK(expect(&t, "interrupted]", 10) == 0, "the answer was not interrupted");
+    CHECK(until_prompt(&t, 30) == 0, "no prompt after Ctrl-C during an answer");
+    say(&t, "/stats\r");
+    CHECK(expect(&t, "context: ", 10) == 0, "/stats after Ctrl-C");
+    CHECK(until_prompt(&t, 10) == 0, "no prompt after /stats");
+    say(&t, "\004");  /* Ctrl-D leaves too */
+    int st = finish(&t);
+    CHECK(st == 0, "exit status %d after Ctrl-D", st);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    RUN(two_turns_reuse_cache);
+    RUN(ctrl_c_keeps_the_chat);
+    return harness_done();
+}
