@@ -10,6 +10,8 @@
 #include "celer.h"
 #include "celer_tokenizer.h"
 #include "harness.h"
+#include "tokenizer/tok.h"
+#include <utf8proc.h>
 
 static char tmpdir[256];
 
@@ -213,6 +215,47 @@ static void stream_split_sequences(void) {
     }
 }
 
+/* The normalizers work run by run between ASCII characters (a speed-up); that must
+ * give what normalizing the whole string at once gives, combining marks, Hangul jamo
+ * and compatibility characters included. */
+static void normalize_runs(void) {
+    static const uint32_t pool[] = {'a', 'e', 'A', '1', ' ', 0x301, 0x300, 0x308, 0x327, 0x323, 0x1100, 0x1161, 0x11A8,
+                                    0xAC00, 0xE9, 0xC5, 0xFB01, 0x2460, 0x3099, 0x304B, 0x0B47, 0x0B3E, 0x1E0A, 0x212B,
+                                    0xFF21, 0xB2, 0x345, 0x3B1, 0x313};
+    static const char *const forms[] = {"NFC", "NFD", "NFKC", "NFKD"};
+    const int np = (int)(sizeof pool / sizeof *pool);
+    uint64_t r = 12345;
+    int bad = 0;
+    for (int f = 0; f < 4; f++) {
+        char js[64];
+        snprintf(js, sizeof js, "{\"type\": \"%s\"}", forms[f]);
+        tj_doc *d = tj_parse(js, strlen(js), "test");
+        tk_norm *n = d ? tk_norm_parse(tj_root(d), "test") : NULL;
+        CHECK(n != NULL, "%s: %s", forms[f], celer_last_error());
+        utf8proc_option_t opt = f == 0 ? UTF8PROC_COMPOSE : f == 1 ? UTF8PROC_DECOMPOSE
+                              : f == 2 ? UTF8PROC_COMPOSE | UTF8PROC_COMPAT : UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+        for (int it = 0; n && it < 20000; it++) {
+            char s[128];
+            size_t k = 0;
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            int len = 1 + (int)((r >> 33) % 12);
+            for (int j = 0; j < len; j++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                k += (size_t)utf8_enc(pool[(r >> 33) % (uint64_t)np], s + k);
+            }
+            tk_buf out = {0};
+            utf8proc_uint8_t *w = NULL;
+            utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)k, &w, opt | UTF8PROC_STABLE);
+            if (tk_norm_apply(n, s, k, &out) || m < 0 || (size_t)m != out.n || memcmp(w, out.p, (size_t)m)) bad++;
+            free(w);
+            tkb_free(&out);
+        }
+        tk_norm_free(n);
+        tj_free(d);
+    }
+    CHECK(bad == 0, "%d strings normalize differently run by run", bad);
+}
+
 static void null_frees(void) {
     celer_tokenizer_free(NULL);
     celer_detok_free(NULL);
@@ -253,6 +296,7 @@ int main(void) {
     RUN(invalid_utf8);
     RUN(empty_and_big);
     RUN(stream_split_sequences);
+    RUN(normalize_runs);
     RUN(null_frees);
     RUN(template_errors);
     char cmd[300];

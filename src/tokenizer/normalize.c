@@ -74,13 +74,48 @@ void tk_norm_free(tk_norm *n) {
     free(n);
 }
 
+/* 1 when every code point of s is below lim: text that normalization leaves as is
+ * (below U+0300 nothing composes or changes under NFC; below U+00C0 nothing decomposes;
+ * below U+00A0 nothing has a compatibility mapping). */
+static int all_below(const char *s, size_t len, uint32_t lim) {
+    for (size_t i = 0; i < len;) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80) { i++; continue; }
+        uint32_t cp;
+        i += (size_t)utf8_dec((const unsigned char *)s + i, len - i, &cp);
+        if (cp >= lim) return 0;
+    }
+    return 1;
+}
+
 static int norm_utf8proc(const char *s, size_t len, tk_buf *out, utf8proc_option_t opt) {
-    utf8proc_uint8_t *r = NULL;
-    utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &r, opt | UTF8PROC_STABLE);
-    if (k < 0) return err_set("unicode normalization failed: %s", utf8proc_errmsg(k));
+    uint32_t lim = (opt & UTF8PROC_COMPAT) ? 0xA0 : (opt & UTF8PROC_COMPOSE) ? 0x300 : 0xC0;
     out->n = 0;
-    tkb_put(out, r, (size_t)k);
-    free(r);
+    /* An ASCII character is a starter that never composes with what precedes it, so
+     * normalization works run by run: each run is the non-ASCII characters between
+     * ASCII ones plus the ASCII character before them (a base that marks may compose
+     * with); runs below lim are already normal. */
+    size_t i = 0;
+    while (i < len) {
+        size_t a = i;
+        while (i < len && (unsigned char)s[i] < 0x80) i++;
+        /* the ASCII character before a non-ASCII run may be the base a mark composes with */
+        size_t keep = i < len && i > a ? i - 1 : i;
+        tkb_put(out, s + a, keep - a);
+        a = keep;
+        while (i < len && (unsigned char)s[i] >= 0x80) i++;
+        if (i == a) continue;
+        /* the run may end in the middle of nothing: UTF-8 sequences have no ASCII bytes */
+        if (all_below(s + a, i - a, lim)) {
+            tkb_put(out, s + a, i - a);
+            continue;
+        }
+        utf8proc_uint8_t *r = NULL;
+        utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s + a, (utf8proc_ssize_t)(i - a), &r, opt | UTF8PROC_STABLE);
+        if (k < 0) return err_set("unicode normalization failed: %s", utf8proc_errmsg(k));
+        tkb_put(out, r, (size_t)k);
+        free(r);
+    }
     return 0;
 }
 
