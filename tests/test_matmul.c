@@ -2,6 +2,7 @@
  * precision reference; every kernel mm_select picks (decode T=1, small T, large T with
  * ragged tiles, every weight format) agrees with mm_portable; splitting the rows
  * (threads) never changes a bit; CELER_NO_SIMD=1 selects the portable kernel. */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,6 +260,43 @@ static void threads_identical(void) {
     }
 }
 
+/* The pool the matmuls run on: every task of every run exactly once, on a thread
+ * whose index is below the pool size, over many back-to-back runs of varied sizes. */
+typedef struct {
+    atomic_int count[64];
+    atomic_int bad_index;
+} pool_probe;
+
+static void probe_task(void *ctx, int task, int n_tasks) {
+    pool_probe *p = ctx;
+    (void)n_tasks;
+    atomic_fetch_add(&p->count[task], 1);
+    int ti = pool_thread_index();
+    if (ti < 0 || ti >= 3) atomic_store(&p->bad_index, 1);
+}
+
+static void pool_runs_each_task_once(void) {
+    pool *pl = pool_new(3);
+    CHECK(pl != NULL, "pool_new");
+    if (!pl) return;
+    static pool_probe p;
+    int bad = 0;
+    for (int run = 0; run < 3000 && !bad; run++) {
+        int n = 1 + run % 40;
+        for (int i = 0; i < 64; i++) atomic_store(&p.count[i], 0);
+        pool_run(pl, n, probe_task, &p);
+        for (int i = 0; i < 64; i++)
+            if (atomic_load(&p.count[i]) != (i < n ? 1 : 0)) {
+                CHECK(0, "run %d: task %d of %d ran %d times", run, i, n, atomic_load(&p.count[i]));
+                bad = 1;
+                break;
+            }
+    }
+    CHECK(!atomic_load(&p.bad_index), "pool_thread_index out of range");
+    CHECK(pool_thread_index() == 0, "the caller's index is 0");
+    pool_free(pl);
+}
+
 /* Run in a child with CELER_NO_SIMD=1: the portable kernel everywhere. */
 static void no_simd_child(void) {
     tw t = tw_random(WF_BF16, 20, 64, 0, 0, SC_BF16);
@@ -295,6 +333,7 @@ int main(int argc, char **argv) {
     RUN(affine_formats);
     RUN(mxfp4_format);
     RUN(threads_identical);
+    RUN(pool_runs_each_task_once);
     RUN(no_simd);
     return harness_done();
 }
