@@ -80,7 +80,12 @@ $(B)/bench_%: bench/bench_%.c $(B)/libceler.a
 clean:
 	rm -rf build build-san
 
-.PHONY: all deps tests test run clean bench
+# Coverage-guided fuzzing of every parser (clang + libFuzzer): FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@fuzz/run.sh $(FUZZ_SECONDS)
+
+.PHONY: all deps tests test run clean fuzz bench
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 
 # ---- CUDA (built where nvcc exists; `make test-cuda` runs on a machine with a GPU) ----
