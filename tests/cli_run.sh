@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/cli_run.sh: `celer run` as scripts use it: -p answers once with standard
 # input closed (default model, greedy: transformers' answer), the model given as
-# MODEL_DIR or -m, turns read from a pipe, --quiet, and `generate -p` printing text.
+# MODEL_DIR or -m, turns read from a pipe, --quiet, --stop, and `generate -p`
+# printing text.
 set -u
 C=${CELER_BIN:-build/celer}
 pass=0; fail=0
@@ -28,5 +29,15 @@ out=$("$C" run models/default -m models/default -p hi 2>&1); rc=$?
 if [ $rc = 2 ] && grep -q "give the model once" <<<"$out"; then ok "model twice"; else bad "model twice: $rc $out"; fi
 check "generate -p prints text" "$("$C" generate -m models/default -p "And it came to pass" -n 12 2>/dev/null)" \
   ", when the king's decree was come to the king's"
+# --stop cuts the text where the stop string begins, across token boundaries
+check "generate --stop" "$("$C" generate -m models/default -p "And it came to pass" -n 40 --stop "king's house" 2>/dev/null)" \
+  ", when the king's decree was come to the "
+check "run --stop" "$("$C" run -q -p "In the beginning" --temp 0 --stop Judah </dev/null)" "of the reign of Asa king of "
+out=$("$C" generate -m models/default --tokens 0,1 --stop x 2>&1); rc=$?
+if [ $rc = 2 ] && grep -q -- "--stop needs a text prompt" <<<"$out"; then ok "--stop without -p"; else bad "--stop without -p: $rc $out"; fi
+# a small context drops the oldest exchanges instead of failing
+out=$(printf 'In the beginning\nAnd it came to pass\nBlessed are\nThe LORD\n' | "$C" run --temp 0 -c 128 -n 40 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "^(dropped the 1 oldest exchange to fit the context)$" <<<"$out"; then ok "context full drops old turns"
+else bad "context full drops old turns: $rc $out"; fi
 echo "@@ $pass passed $fail failed"
 [ $fail = 0 ]

@@ -23,6 +23,7 @@ static const opt_spec opts[] = {
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
     {"--ignore-eos", NULL, NULL, "keep generating after the end-of-sequence token"},
     {"--stop-token", NULL, "LIST", "token ids that end generation (besides end-of-sequence)"},
+    {"--stop", NULL, "TEXT", "with -p: stop when the text contains TEXT (not printed)"},
     CLI_SAMPLING_OPTS,
 };
 
@@ -32,15 +33,20 @@ static double now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Streams each generated token's text to stdout (text mode). */
+typedef struct {
+    celer_detok *dt;
+    cli_stopper stop;
+} text_out;
+
+/* Streams each generated token's text to stdout (text mode); 1 ends generation
+ * at the stop string. */
 static int print_token(int32_t token, void *ctx) {
+    text_out *o = ctx;
     size_t len;
-    const char *piece = celer_detok_put(ctx, token, &len);
-    if (piece && len) {
-        fwrite(piece, 1, len, stdout);
-        fflush(stdout);
-    }
-    return 0;
+    const char *piece = celer_detok_put(o->dt, token, &len);
+    int hit = piece && len ? cli_stopper_put(&o->stop, piece, len, stdout) != 0 : 0;
+    fflush(stdout);
+    return hit;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -51,12 +57,13 @@ int cmd_generate(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : 2;
     const char *dir = args_get(&a, "--model");
     const char *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file"), *text = args_get(&a, "--prompt");
-    const char *stops = args_get(&a, "--stop-token");
+    const char *stops = args_get(&a, "--stop-token"), *stop_text = args_get(&a, "--stop");
     long n_gen, ctx, threads;
     if (args_int(&a, "--n-predict", 32, 0, 1 << 24, &n_gen) || args_int(&a, "--ctx-size", 0, 1, 1 << 24, &ctx) ||
         args_int(&a, "--threads", 0, 1, 1024, &threads))
         return 2;
     if (!dir) { args_usage_error(&a, "missing -m DIR"); return 2; }
+    if (stop_text && !text) { args_usage_error(&a, "--stop needs a text prompt (-p)"); return 2; }
     if ((tl != NULL) + (tf != NULL) + (text != NULL) != 1) {
         args_usage_error(&a, "give exactly one of --tokens, --tokens-file and -p");
         return 2;
@@ -64,13 +71,14 @@ int cmd_generate(int argc, char **argv) {
     int n = 0, n_stop = 0, status = 1;
     int32_t *tok = NULL, *stop = NULL, *out = NULL;
     celer_tokenizer *tk = NULL;
-    celer_detok *dt = NULL;
+    text_out to = {0};
+    cli_stopper_init(&to.stop, stop_text);
     celer_model *m = NULL;
     celer_sampler *smp = NULL;
     celer_session *s = NULL;
     if (text) {
         if (!(tk = celer_tokenizer_open(dir)) || (n = celer_tokenize(tk, text, strlen(text), 1, &tok)) < 0 ||
-            !(dt = celer_detok_new(tk, 1))) {
+            !(to.dt = celer_detok_new(tk, 1))) {
             cli_error("generate", "%s", celer_last_error());
             goto done;
         }
@@ -107,16 +115,17 @@ int cmd_generate(int argc, char **argv) {
     }
     double t0 = now();
     int32_t eos = args_get(&a, "--ignore-eos") ? -1 : info.eos_token;
-    int k = n_gen ? celer_generate_sampled(s, smp, tok, n, (int)n_gen, eos, out, dt ? print_token : NULL, dt) : 0;
+    int k = n_gen ? celer_generate_sampled(s, smp, tok, n, (int)n_gen, eos, out, to.dt ? print_token : NULL, &to) : 0;
     if (k < 0) {
-        if (dt) printf("\n");
+        if (to.dt) printf("\n");
         cli_error("generate", "%s", celer_last_error());
         goto done;
     }
-    if (dt) {
+    if (to.dt) {
         size_t len;
-        const char *rest = celer_detok_flush(dt, &len);
-        if (rest && len) fwrite(rest, 1, len, stdout);
+        const char *rest = celer_detok_flush(to.dt, &len);
+        if (rest && len) cli_stopper_put(&to.stop, rest, len, stdout);
+        cli_stopper_flush(&to.stop, stdout);
     } else {
         for (int i = 0; i < k; i++) printf("%s%d", i ? "," : "", out[i]);
     }
@@ -131,7 +140,8 @@ done:
     celer_session_free(s);
     celer_sampler_free(smp);
     celer_model_free(m);
-    celer_detok_free(dt);
+    celer_detok_free(to.dt);
+    cli_stopper_free(&to.stop);
     celer_tokenizer_free(tk);
     free(out);
     free(stop);

@@ -30,6 +30,7 @@ static const opt_spec opts[] = {
     {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
     {"--prompt", "-p", "TEXT", "answer TEXT once and exit (standard input is not read)"},
     {"--system", NULL, "TEXT", "system prompt"},
+    {"--stop", NULL, "TEXT", "end an answer where its text contains TEXT"},
     {"--n-predict", "-n", "N", "most tokens per answer (default: until end of turn or context)"},
     {"--ctx-size", "-c", "N", "context size in tokens (default: the model's, at most 4096)"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
@@ -56,6 +57,8 @@ typedef struct {
     celer_session *s;
     celer_sampler *smp;
     celer_detok *dt;
+    cli_stopper stop;         /* the current answer's --stop filter */
+    const char *stop_text;
     celer_model_info info;
     int ctx, n_predict, quiet;
     int32_t eos[2];           /* the model's and the tokenizer's end-of-turn ids (-1: none) */
@@ -115,15 +118,14 @@ static int is_end(const chat *c, int32_t t) {
 static int on_token(int32_t t, void *ctx) {
     chat *c = ctx;
     if (c->t_first == 0) c->t_first = now();
+    int hit = 0;
     if (!is_end(c, t)) {
         size_t len;
         const char *piece = celer_detok_put(c->dt, t, &len);
-        if (piece && len) {
-            fwrite(piece, 1, len, stdout);
-            fflush(stdout);
-        }
+        if (piece && len) hit = cli_stopper_put(&c->stop, piece, len, stdout) != 0;
+        fflush(stdout);
     }
-    return interrupted != 0;
+    return hit || interrupted != 0;
 }
 
 /* The prompt for the conversation plus a new user message: the chat template with
@@ -150,6 +152,18 @@ static int render_prompt(chat *c, const char *user, int32_t **ids) {
 static int chat_turn(chat *c, const char *user) {
     int32_t *ids = NULL;
     int n = render_prompt(c, user, &ids);
+    /* a full context drops the oldest exchanges until a quarter of it is free */
+    int dropped = 0;
+    while (n > 0 && n > c->ctx - c->ctx / 4 && json_array_size(c->msgs) >= 2) {
+        json_array_remove(c->msgs, 0);
+        json_array_remove(c->msgs, 0);
+        dropped++;
+        free(ids);
+        ids = NULL;
+        n = render_prompt(c, user, &ids);
+    }
+    if (dropped && !c->quiet)
+        fprintf(stderr, "(dropped the %d oldest exchange%s to fit the context)\n", dropped, dropped > 1 ? "s" : "");
     if (n < 0) {
         cli_error("run", "%s", celer_last_error());
         return -1;
@@ -174,13 +188,16 @@ static int chat_turn(chat *c, const char *user) {
         free(ids);
         return -1;
     }
+    cli_stopper_free(&c->stop);
+    cli_stopper_init(&c->stop, c->stop_text);
     c->t_first = 0;
     double t0 = now();
     int k = celer_generate_sampled(c->s, c->smp, ids + keep, n - keep, n_gen, c->eos[0], c->ans, on_token, c);
     double t1 = now();
     size_t len;
     const char *rest = celer_detok_flush(c->dt, &len);
-    if (rest && len) fwrite(rest, 1, len, stdout);
+    if (rest && len) cli_stopper_put(&c->stop, rest, len, stdout);
+    cli_stopper_flush(&c->stop, stdout);
     printf("\n");
     fflush(stdout);
     if (k < 0) {
@@ -198,6 +215,8 @@ static int chat_turn(chat *c, const char *user) {
     int shown = k;
     while (shown > 0 && is_end(c, c->ans[shown - 1])) shown--;
     char *answer = celer_detokenize(c->tk, c->ans, (size_t)shown, 1, NULL);
+    char *cut = answer && c->stop_text && *c->stop_text ? strstr(answer, c->stop_text) : NULL;
+    if (cut) *cut = '\0';  /* the conversation keeps what was shown */
     json_array_append_new(c->msgs, json_pack("{s:s,s:s}", "role", "user", "content", user));
     json_array_append_new(c->msgs, json_pack("{s:s,s:s}", "role", "assistant", "content", answer ? answer : ""));
     free(answer);
@@ -375,6 +394,7 @@ int cmd_run(int argc, char **argv) {
     if (!dir) dir = pos_model;
     chat c = {0};
     c.quiet = args_get(&a, "--quiet") != NULL;
+    c.stop_text = args_get(&a, "--stop");
     char defbuf[PATH_MAX + 64];
     if (!dir) {
         if (!(dir = default_model_dir(defbuf, sizeof defbuf))) {
@@ -446,6 +466,7 @@ done:
     free(c.hist);
     free(c.ans);
     celer_detok_free(c.dt);
+    cli_stopper_free(&c.stop);
     celer_session_free(c.s);
     celer_sampler_free(c.smp);
     celer_tokenizer_free(c.tk);
