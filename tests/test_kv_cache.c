@@ -378,6 +378,25 @@ static void truncate_rules(void) {
     kv_free(e);
 }
 
+/* A snapshot that outlives the session that grew its buffer gives the growth back. */
+static void trim_after_session_ends(void) {
+    kv_cache *c = kv_dense_new(NKV, HD, 4000, 64);
+    append(c, 0, 10);
+    kv_cache *snap = kv_share(c, 0, NULL);
+    for (int p = 10; p < 900; p += 64) append(c, p, 900 - p < 64 ? 900 - p : 64);
+    CHECK(kv_trim(snap) == 0, "trimmed a shared buffer");
+    size_t before = kv_bytes(snap);
+    kv_free(c);
+    size_t freed = kv_trim(snap);
+    CHECK(before == (size_t)1024 * ROW_BYTES && freed == (size_t)768 * ROW_BYTES && kv_bytes(snap) == (size_t)256 * ROW_BYTES,
+          "committed %zu bytes, released %zu, now %zu", before, freed, kv_bytes(snap));
+    CHECK(view_problems(snap, 0, 9, 0) == 0, "trim changed the rows");
+    kv_cache *b = kv_share(snap, 64, NULL);
+    kv_free(snap);
+    CHECK(append(b, 10, 64) == 0 && append(b, 74, 300) == 0 && view_problems(b, 0, 373, 0) == 0, "growing again after a trim");
+    kv_free(b);
+}
+
 static void sane_catches_corruption(void) {
     kv_cache *c = kv_rotating_new(NKV, HD, 8, 0, 1000, 4);
     for (int p = 0; p < 12; p++) append(c, p, 1);
@@ -410,6 +429,7 @@ int main(void) {
     RUN(branches_on_threads);
     RUN(copying_path_same_slots);
     RUN(truncate_rules);
+    RUN(trim_after_session_ends);
     RUN(sane_catches_corruption);
     return harness_done();
 }

@@ -1,6 +1,8 @@
 /* engine/prompt_cache.c: the public prompt cache: session snapshots in the radix
  * tree of kv/prompt_cache.c, keyed by the session's tokens, accounted by the rows
- * their views hold, saved to and loaded from cache files (engine/snapshot.c). */
+ * their views hold, saved to and loaded from cache files (engine/snapshot.c). On
+ * each insert, entries that outlived their sessions give back memory committed past
+ * their rows (kv_trim). */
 #include <inttypes.h>
 #include <stdlib.h>
 
@@ -35,12 +37,24 @@ void celer_prompt_cache_free(celer_prompt_cache *pc) {
     free(pc);
 }
 
+/* Entries whose sessions have ended hold their buffers alone: give back what those
+ * sessions committed past the entry's rows (kv_trim). */
+static int trim_entry(void *ctx, const int32_t *key, int n, void *value) {
+    celer_snapshot *snap = value;
+    (void)ctx;
+    (void)key;
+    (void)n;
+    for (int l = 0; l < snap->n_layers; l++) kv_trim(snap->caches[l]);
+    return 0;
+}
+
 static uint64_t insert_snapshot(celer_prompt_cache *pc, celer_snapshot *snap) {
     if (snap->pos == 0) {
         celer_snapshot_free(snap);
         err_set("prompt cache: the session holds no tokens");
         return 0;
     }
+    pc_foreach(pc->t, trim_entry, NULL);
     return pc_insert(pc->t, snap->tokens, snap->pos, snap, engine_snapshot_bytes(snap));
 }
 

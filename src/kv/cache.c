@@ -458,6 +458,33 @@ int kv_adopt(kv_cache *c, kv_kind kind, int window, int keep, int max, int max_T
     return 0;
 }
 
+size_t kv_trim(kv_cache *c) {
+    kv_buf *b = c->buf;
+    if (!b || atomic_load(&b->refs) != 1) return 0;
+    int cap = atomic_load(&b->cap), want = (c->n + KV_STEP - 1) / KV_STEP * KV_STEP;
+    if (want >= cap) return 0;
+    size_t fb_keep = page_round((size_t)want * (size_t)b->row * sizeof(float));
+    size_t fb_cap = page_round((size_t)cap * (size_t)b->row * sizeof(float));
+    size_t pb_keep = page_round((size_t)want * sizeof(int32_t)), pb_cap = page_round((size_t)cap * sizeof(int32_t));
+    /* madvise drops the pages, mprotect makes them unusable again until recommitted */
+    if (fb_cap > fb_keep) {
+        madvise((char *)b->k + fb_keep, fb_cap - fb_keep, MADV_DONTNEED);
+        madvise((char *)b->v + fb_keep, fb_cap - fb_keep, MADV_DONTNEED);
+        mprotect((char *)b->k + fb_keep, fb_cap - fb_keep, PROT_NONE);
+        mprotect((char *)b->v + fb_keep, fb_cap - fb_keep, PROT_NONE);
+    }
+    if (pb_cap > pb_keep) {
+        madvise((char *)b->pos + pb_keep, pb_cap - pb_keep, MADV_DONTNEED);
+        mprotect((char *)b->pos + pb_keep, pb_cap - pb_keep, PROT_NONE);
+    }
+    /* rows between want and the page boundary stay mapped; cap counts what is usable */
+    atomic_store(&b->cap, want);
+    atomic_store(&b->hw, c->n);
+    c->claim = 0;
+    c->ready_T = 0;
+    return (size_t)(cap - want) * row_bytes(c->row);
+}
+
 /* ---- inspection --------------------------------------------------------------- */
 
 size_t kv_bytes(const kv_cache *c) {

@@ -126,6 +126,11 @@ int kv_truncate(kv_cache *c, int32_t p);
  * from 0 in order. -1 with a message otherwise (c unchanged). */
 int kv_adopt(kv_cache *c, kv_kind kind, int window, int keep, int max, int max_T);
 
+/* Gives back the memory committed past c's rows (in KV_STEP steps) when c is its
+ * buffer's sole holder: a snapshot that outlived the session that grew its buffer
+ * keeps only what it sees. Returns the bytes released (0 when shared or tight). */
+size_t kv_trim(kv_cache *c);
+
 /* Positions held: lowest and highest (both -1 when empty). */
 void kv_pos_range(const kv_cache *c, int32_t *lo, int32_t *hi);
 /* Bytes of memory committed to c's buffer (shared bytes counted for each holder). */
