@@ -247,15 +247,37 @@ static void group_sums(const float *x, long n, int group, int t0, int nt, float 
     }
 }
 
-/* nt <= 4 activation rows: per-group partial sums in registers. */
+/* Byte windows (bits 2 and 4, codes within bytes): a byte v holding codes q_0..q_{k-1}
+ * (k = 8 / bits, LSB first) contributes sum_m q_m x_m, and with v >> (m * bits) =
+ * sum_{i >= m} q_i 2^{(i - m) bits} that equals sum_m (v >> (m * bits)) * a_m where
+ *   a_0 = x_0,  a_m = x_m - 2^bits x_{m-1}.
+ * So each 8-code vector is a zero-extended byte load (shared by k vectors), a shift
+ * and a conversion, without masking out the higher codes: 3 vector ops per 8 codes
+ * instead of 4. The larger intermediate terms cost ~2^bits ulps, far below 1e-5.
+ * xq [n] holds the a_m of activation row x [n], vector c = 8-byte block * k + m,
+ * lane i = byte i of the block. */
+static void byte_window_x(const float *x, long n, int bits, float *xq) {
+    const int k = 8 / bits;
+    const float f = (float)(1 << bits);
+    for (long blk = 0; blk < n / (8 * k); blk++)
+        for (int m = 0; m < k; m++)
+            for (int i = 0; i < 8; i++) {
+                long j = (blk * 8 + i) * k + m; /* column of code m of byte i */
+                xq[8 * (blk * k + m) + i] = m ? x[j] - f * x[j - 1] : x[j];
+            }
+}
+
+/* nt <= 4 activation rows: per-group partial sums in registers. With bw (byte
+ * windows, bits 2 or 4) xs are byte_window_x rows instead of x. */
 INLINE void gemv_affine_nt(const weight *w, const float *x, float *y, int t0, int nt, long r0, long r1,
-                           const float *xsum, float *srow, const unpacker *u, int bits, int mx) {
+                           const float *xsum, float *srow, const unpacker *u, int bits, int mx,
+                           const float *xq, int bw) {
     const long n = (long)w->cols, G = w->group, ng = n / G, cpg = G / 8, tail = chunk_tail(n / 8, bits);
     const long row_bytes = n * bits / 8;
     const int na = nt == 1 ? 4 : 2; /* partial sums per row (nt <= 4) */
     const float *xs[4];
     UNROLL
-    for (int t = 0; t < 4; t++) xs[t] = x + (long)(t0 + (t < nt ? t : 0)) * n;
+    for (int t = 0; t < 4; t++) xs[t] = bw ? xq + (long)(t < nt ? t : 0) * n : x + (long)(t0 + (t < nt ? t : 0)) * n;
     for (long r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + r * row_bytes;
         row_scales(w, r, ng, srow);
@@ -270,6 +292,20 @@ INLINE void gemv_affine_nt(const weight *w, const float *x, float *y, int t0, in
             for (int t = 0; t < nt; t++)
                 UNROLL
                 for (int a = 0; a < na; a++) ga[t][a] = _mm256_setzero_ps();
+            if (bw) /* 4 vectors = 8 / bits blocks of 8 bytes per step */
+                for (long c = g * cpg; c < (g + 1) * cpg; c += 4) {
+                    const int kb = 8 / bits;
+                    __m256i v = _mm256_setzero_si256();
+                    UNROLL
+                    for (int k = 0; k < 4; k++) {
+                        if (k % kb == 0) v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + bits * (c + k))));
+                        __m256 q = _mm256_cvtepi32_ps(k % kb ? _mm256_srli_epi32(v, (k % kb) * bits) : v);
+                        UNROLL
+                        for (int t = 0; t < nt; t++)
+                            ga[t][k % na] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xs[t] + 8 * (c + k)), ga[t][k % na]);
+                    }
+                }
+            else
             for (long c = g * cpg; c < (g + 1) * cpg; c += 4) {
                 UNROLL
                 for (int k = 0; k < 4; k++) {
@@ -349,11 +385,11 @@ INLINE void gemv_affine_wide_nt(const weight *w, const float *x, float *y, int t
 }
 
 /* One specialization per (bits, nt) so the unpacker and token loops are constants. */
-#define AFFINE_CALL(NT) gemv_affine_nt(w, x, y, t0, NT, r0, r1, xsum, srow, &u, BITS_, MX_)
+#define AFFINE_CALL(NT) gemv_affine_nt(w, x, y, t0, NT, r0, r1, xsum, srow, &u, BITS_, MX_, xq, BW_)
 #define AFFINE_WIDE_CALL(NT) gemv_affine_wide_nt(w, x, y, t0, NT, r0, r1, xsum, srow, &u, BITS_, MX_)
 #define AFFINE_NT(BITS, MX, SW, CALL)                                                           \
     {                                                                                           \
-        enum { BITS_ = BITS, MX_ = MX };                                                        \
+        enum { BITS_ = BITS, MX_ = MX, BW_ = !(MX) && ((BITS) == 2 || (BITS) == 4) };           \
         SW(CALL)                                                                                \
     }
 #define AFFINE_FORMATS(SW, CALL)                                                                \
@@ -367,15 +403,18 @@ INLINE void gemv_affine_wide_nt(const weight *w, const float *x, float *y, int t
     default: AFFINE_NT(8, 0, SW, CALL) break;                                                   \
     }
 
-/* scratch: xsum [GEMV_WIDE, cols / group] | srow [cols / group] */
+/* scratch: xsum [GEMV_WIDE, cols / group] | srow [cols / group] | xq [GEMV_NT, cols] */
 static void gemv_quant(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
     const long n = (long)w->cols;
     const int mx = w->fmt == WF_MXFP4;
     float *xsum = scratch, *srow = scratch + ((GEMV_WIDE * n / w->group + 15) & ~15L);
+    float *xq = srow + ((n / w->group + 15) & ~15L);
     unpacker u = unpacker_for(mx ? 4 : w->bits);
     for (int t0 = 0; t0 < T; t0 += GEMV_NT) {
         int nt = T - t0 < GEMV_NT ? T - t0 : GEMV_NT;
         if (!mx) group_sums(x, n, w->group, t0, nt, xsum);
+        if (!mx && (w->bits == 2 || w->bits == 4))
+            for (int t = 0; t < nt; t++) byte_window_x(x + (long)(t0 + t) * n, n, w->bits, xq + (long)t * n);
         AFFINE_FORMATS(NT_SWITCH_NARROW, AFFINE_CALL)
     }
 }
