@@ -21,8 +21,9 @@ typedef struct {
 #define MM_NR 16
 /* Floats of per-thread scratch any matmul kernel may use for rows of `cols`:
  * the GEMM's packed panel [cols, MM_NR] plus its 8-row dequant staging [8, cols]
- * (24 cols), more than the portable kernel's [MM_TILE, cols]; plus small fixed
- * buffers (edge tile, per-group activation sums). Callers allocate it 64-byte aligned. */
+ * (24 cols), more than the portable kernel's [MM_TILE, cols] and the quantized GEMV's
+ * per-group activation sums, row scales and transformed activations (< 5 cols);
+ * plus the GEMM's edge tile. Callers allocate it 64-byte aligned. */
 #define MM_SCRATCH(cols) (28L * (long)(cols) + 1024L)
 
 /* Computes rows [r0, r1) of W [rows, cols] @ x [T, cols] -> y [T, rows].
