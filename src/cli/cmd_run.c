@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +23,7 @@
 #include "celer_tokenizer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "cli/sampling.h"
 
 static const opt_spec opts[] = {
@@ -74,39 +74,6 @@ typedef struct {
     long turns, tot_new, tot_reused, tot_gen;
     double tot_gen_s;
 } chat;
-
-/* ---------------------------------------------------------------- model lookup */
-
-static int has_config(const char *dir) {
-    char p[PATH_MAX + 128];
-    struct stat st;
-    if ((size_t)snprintf(p, sizeof p, "%.*s/config.json", PATH_MAX, dir) >= sizeof p) return 0;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* The embedded default model: $CELER_DEFAULT_MODEL, else models/default beside the
- * executable's folder (build/celer -> models/default) or under ../share/celer, else
- * ./models/default. NULL when none is there. */
-static const char *default_model_dir(char *buf, size_t n) {
-    const char *env = getenv("CELER_DEFAULT_MODEL");
-    if (env && *env) return env;
-    char exe[PATH_MAX];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (k > 0) {
-        exe[k] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            const char *rel[] = {"/../models/default", "/../share/celer/models/default", "/models/default"};
-            for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-                char cand[PATH_MAX + 64];
-                snprintf(cand, sizeof cand, "%s%s", exe, rel[i]);
-                if (has_config(cand) && n >= PATH_MAX && realpath(cand, buf)) return buf;
-            }
-        }
-    }
-    return has_config("models/default") ? "models/default" : NULL;
-}
 
 /* ---------------------------------------------------------------- one turn */
 
@@ -397,7 +364,7 @@ int cmd_run(int argc, char **argv) {
     c.stop_text = args_get(&a, "--stop");
     char defbuf[PATH_MAX + 64];
     if (!dir) {
-        if (!(dir = default_model_dir(defbuf, sizeof defbuf))) {
+        if (!(dir = cli_default_model(defbuf, sizeof defbuf))) {
             cli_error("run", "no model given and the default model (models/default) was not found; "
                              "set CELER_DEFAULT_MODEL or give a checkpoint directory");
             return 1;
