@@ -245,7 +245,7 @@ static int dead(const kv_cache *c, int s, int32_t lo, int32_t hi) {
 /* Dead slots among [0, n). */
 static int count_dead(const kv_cache *c, int32_t lo, int32_t hi) {
     int nd = 0;
-    if (!c->buf) return 0;
+    if (!c->buf || (lo == INT32_MIN && hi == INT32_MAX)) return 0; /* a dense append drops nothing */
     for (int s = 0; s < c->n; s++) nd += dead(c, s, lo, hi);
     return nd;
 }
