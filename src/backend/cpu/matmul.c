@@ -2,6 +2,7 @@
  * reference kernel, kernel selection per format, batch size and CPU (CELER_NO_SIMD=1
  * forces the portable one), and the split of output rows across the pool (each
  * thread reads a disjoint slice of the weight once per call, whatever T is). */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +97,8 @@ static void mm_task(void *ctx, int task, int n_tasks) {
 
 void cpu_matmul(backend *b, const weight *w, const float *x, float *y, int T) {
     cpu_backend *c = b->impl;
+    /* the per-thread scratch was sized by backend_cpu_new's max_cols */
+    assert(MM_SCRATCH(w->cols) <= c->scratch_per && "weight wider than the backend's max_cols");
     mm_job j = {c, w, x, y, T, mm_select(w, T)};
     long tasks = (long)c->n_threads * MM_TASKS_PER_THREAD, most = (long)w->rows / MM_TASK_MIN_ROWS;
     if (tasks > most) tasks = most;
