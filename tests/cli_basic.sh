@@ -47,6 +47,15 @@ printf '5 6\n7,8\n9\n' > "$T/toks"
 "$C" logits -m "$M" --tokens-file "$T/toks" -o "$T/c.safetensors"
 if cmp -s "$T/a.safetensors" "$T/c.safetensors"; then ok "tokens-file same as --tokens"; else bad "tokens-file differs"; fi
 
+# a cache saved after a prefix, loaded for the rest, gives the same rows as one run
+# that feeds the same batches (3 tokens, then 2), bit for bit
+"$C" logits -m "$M" --tokens 5,6,7,8,9 --chunk 3 -o "$T/a3.safetensors"
+"$C" logits -m "$M" --tokens 5,6,7 -o "$T/p.safetensors" --save-cache "$T/kv.safetensors" &&
+  "$C" logits -m "$M" --tokens 8,9 --load-cache "$T/kv.safetensors" -o "$T/q.safetensors"
+if [ -f "$T/q.safetensors" ] && cmp -s <(tail -c 4096 "$T/a3.safetensors") <(tail -c 4096 "$T/q.safetensors"); then
+  ok "logits --save-cache / --load-cache"; else bad "logits with a loaded cache differs from one run"; fi
+expect "load a missing cache" 1 "nope.safetensors" "$C" logits -m "$M" --tokens 1 --load-cache "$T/nope.safetensors" -o "$T/x"
+
 # synth + bench: the llama-bench table and the json rows
 "$C" synth --shape tiny -o "$T/tiny" && ok "synth tiny" || bad "synth tiny"
 out=$("$C" bench -m "$T/tiny" -p 16 -n 8 -r 2 -t 1 2>/dev/null)

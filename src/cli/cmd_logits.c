@@ -14,17 +14,23 @@ static const opt_spec opts[] = {
     {"--chunk", NULL, "N", "feed N tokens per forward through the KV cache (default: all at once)"},
     {"--output", "-o", "OUT", "output .safetensors file"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
+    {"--load-cache", NULL, "FILE", "start from a KV cache file (the logits cover only the new tokens)"},
+    {"--save-cache", NULL, "FILE", "write the KV cache after the tokens to FILE (celer cache reads it too)"},
+    {"--ctx-size", "-c", "N", "context size (default: the tokens; with --load-cache the model's limit)"},
 };
 
 int cmd_logits(int argc, char **argv) {
     args a = {"logits", "-m DIR (--tokens LIST | --tokens-file F) [--chunk N] -o OUT.safetensors",
-              "Runs the tokens through the model and writes logits [T, vocab] (float32).", opts, 6, {0}};
+              "Runs the tokens through the model and writes logits [T, vocab] (float32).", opts, 9, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     const char *dir = args_get(&a, "--model"), *out = args_get(&a, "--output");
     const char *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file");
-    long chunk, threads;
-    if (args_int(&a, "--chunk", 0, 1, 1 << 24, &chunk) || args_int(&a, "--threads", 0, 1, 1024, &threads)) return 2;
+    const char *load = args_get(&a, "--load-cache"), *save = args_get(&a, "--save-cache");
+    long chunk, threads, ctx;
+    if (args_int(&a, "--chunk", 0, 1, 1 << 24, &chunk) || args_int(&a, "--threads", 0, 1, 1024, &threads) ||
+        args_int(&a, "--ctx-size", 0, 1, 1 << 24, &ctx))
+        return 2;
     if (!dir) { args_usage_error(&a, "missing -m DIR"); return 2; }
     if (!out) { args_usage_error(&a, "missing -o OUT.safetensors"); return 2; }
     if (!tl == !tf) { args_usage_error(&a, "give exactly one of --tokens and --tokens-file"); return 2; }
@@ -41,15 +47,21 @@ int cmd_logits(int argc, char **argv) {
     celer_model_get_info(m, &info);
     int status = 1;
     float *logits = malloc((size_t)n * (size_t)info.vocab_size * sizeof *logits);
-    celer_session *s = logits ? celer_session_new(m, n, chunk ? (int)chunk : n) : NULL;
+    int ctx_size = ctx ? (int)ctx : load ? info.max_context : n;
+    int batch = chunk ? (int)chunk : (n < ctx_size ? n : ctx_size);
+    celer_session *s = logits ? celer_session_new(m, ctx_size, batch) : NULL;
     if (!s) {
         cli_error("logits", "%s", logits ? celer_last_error() : "out of memory");
+    } else if (load && celer_session_load_cache(s, load) != 0) {
+        cli_error("logits", "%s", celer_last_error());
     } else if (celer_session_eval(s, tok, n, logits, 1) != 0) {
         cli_error("logits", "%s", celer_last_error());
     } else {
         int64_t shape[2] = {n, info.vocab_size};
-        if (celer_save_f32(out, "logits", logits, 2, shape) != 0) cli_error("logits", "%s", celer_last_error());
-        else status = 0;
+        if (celer_save_f32(out, "logits", logits, 2, shape) != 0 || (save && celer_session_save_cache(s, save) != 0))
+            cli_error("logits", "%s", celer_last_error());
+        else
+            status = 0;
     }
     celer_session_free(s);
     celer_model_free(m);

@@ -239,6 +239,7 @@ st_writer *st_writer_open(const char *path, const st_out *ts, int n, const char 
 
 int st_writer_write(st_writer *w, const void *buf, size_t n) {
     if (w->failed) return -1;
+    if (n == 0) return 0; /* zero-size tensors: fwrite(NULL, 1, 0) is undefined */
     if (w->done + n > w->want || fwrite(buf, 1, n, w->fp) != n) {
         w->failed = 1;
         return err_set("%s: write failed: %s", w->path, w->done + n > w->want ? "more bytes than the header announced" : strerror(errno));

@@ -245,6 +245,10 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
     for (int l = 0; l < c->n_layers; l++) {
         const layer_plan *p = &m->plan[l];
         if (attention_block(m, seqs, n_seqs, s, l, T) != 0) {
+            /* Callers kv_prepare every cache first, so an append cannot fail for lack of
+             * memory; this path is for errors that leave rows in order. A rotating
+             * cache that dropped rows to make room cannot be truncated back (kv_truncate
+             * then refuses), which is why prepare runs before the forward. */
             for (int i = 0; i < n_seqs; i++)
                 for (int j = 0; j <= l; j++) kv_truncate(seqs[i].caches[j], seqs[i].past);
             return err_prefix("layer %d", l);
