@@ -77,6 +77,12 @@ void celer_detok_free(celer_detok *d);
  * raise_exception reports the template's own message. */
 char *celer_chat_render(const celer_tokenizer *t, const char *messages_json, const char *tools_json,
                         int add_generation_prompt);
+/* The same with extra template variables: extra_vars_json is a JSON object (or NULL)
+ * whose keys become variables, overriding the ones above, e.g.
+ * {"enable_thinking": false} for Qwen3 or {"reasoning_effort": "high"} for gpt-oss
+ * (transformers passes such keyword arguments of apply_chat_template the same way). */
+char *celer_chat_render_vars(const celer_tokenizer *t, const char *messages_json, const char *tools_json,
+                             int add_generation_prompt, const char *extra_vars_json);
 /* 1 when the tokenizer has a chat template. */
 int celer_tokenizer_has_template(const celer_tokenizer *t);
 

@@ -116,6 +116,34 @@ static void template_file(void) {
     json_decref(cases);
 }
 
+/* Qwen3's own template with tools, tool calls, tool responses and reasoning, and with
+ * enable_thinking=false passed as an extra variable; expected output from jinja2. */
+static void qwen3_options(void) {
+    json_t *cases = json_load_file("tests/fixtures/tokenizers/jinja/cases.json", 0, NULL);
+    celer_tokenizer *t = celer_tokenizer_open("tests/fixtures/tokenizers/qwen3");
+    CHECK(cases && t, "load: %s", celer_last_error());
+    static const char *const names[] = {"qwen3_tools", "qwen3_no_thinking"};
+    for (int k = 0; k < 2 && cases && t; k++) {
+        json_t *vars = NULL;
+        const char *want = case_rendered(cases, names[k], &vars);
+        char *msgs = json_dumps(json_object_get(vars, "messages"), 0);
+        json_t *tl = json_object_get(vars, "tools");
+        char *tools = tl && !json_is_null(tl) ? json_dumps(tl, 0) : NULL;
+        json_t *ex = json_object_get(vars, "enable_thinking");
+        const char *extra = ex ? (json_is_true(ex) ? "{\"enable_thinking\": true}" : "{\"enable_thinking\": false}") : NULL;
+        char *got = celer_chat_render_vars(t, msgs, tools, 1, extra);
+        CHECK(want && got && !strcmp(got, want), "%s: rendered\n%s\nwant\n%s\n%s", names[k], got ? got : "(null)",
+              want ? want : "", got ? "" : celer_last_error());
+        free(got);
+        free(msgs);
+        free(tools);
+    }
+    char *bad = t ? celer_chat_render_vars(t, "[]", NULL, 1, "[1]") : NULL;
+    CHECK(!bad, "non-object template variables accepted");
+    celer_tokenizer_free(t);
+    json_decref(cases);
+}
+
 /* tokenizer_config.json may carry a list of named templates; "default" is used. */
 static void named_templates(void) {
     char dir[300], src[1024], dst[600], cwd[512];
@@ -145,6 +173,7 @@ int main(void) {
     if (!mkdtemp(tmpdir)) { printf("cannot make a temporary directory\n"); return 1; }
     RUN(template_file);
     RUN(named_templates);
+    RUN(qwen3_options);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) printf("could not remove %s\n", tmpdir);

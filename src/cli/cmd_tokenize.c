@@ -207,11 +207,12 @@ static const opt_spec chat_opts[] = {
     {"--messages", NULL, "FILE", "JSON array of {\"role\", \"content\"} messages"},
     {"--tools", NULL, "FILE", "JSON array of tool definitions"},
     {"--add-generation-prompt", NULL, NULL, "end with the assistant turn's opening"},
+    {"--template-vars", NULL, "JSON", "extra template variables, e.g. '{\"enable_thinking\": false}'"},
 };
 
 int cmd_chat_template(int argc, char **argv) {
     args a = {"chat-template", "--tokenizer DIR --messages FILE.json [--add-generation-prompt] [--tools FILE.json]",
-              "Renders the tokenizer's chat template and prints the prompt exactly (no newline added).", chat_opts, 5,
+              "Renders the tokenizer's chat template and prints the prompt exactly (no newline added).", chat_opts, 6,
               {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
@@ -228,7 +229,8 @@ int cmd_chat_template(int argc, char **argv) {
     int status = 1;
     celer_tokenizer *t = open_tokenizer(&a);
     if (t) {
-        char *out = celer_chat_render(t, msgs, tools, args_get(&a, "--add-generation-prompt") != NULL);
+        char *out = celer_chat_render_vars(t, msgs, tools, args_get(&a, "--add-generation-prompt") != NULL,
+                                           args_get(&a, "--template-vars"));
         if (!out) cli_error(a.cmd, "%s", celer_last_error());
         else {
             fwrite(out, 1, strlen(out), stdout);

@@ -548,6 +548,11 @@ static void json_escape(tk_buf *b, const char *s) {
 
 char *celer_chat_render(const celer_tokenizer *t, const char *messages_json, const char *tools_json,
                         int add_generation_prompt) {
+    return celer_chat_render_vars(t, messages_json, tools_json, add_generation_prompt, NULL);
+}
+
+char *celer_chat_render_vars(const celer_tokenizer *t, const char *messages_json, const char *tools_json,
+                             int add_generation_prompt, const char *extra_vars_json) {
     if (!t->chat_template) {
         err_set("%s: the tokenizer has no chat template (no chat_template.jinja, no \"chat_template\" in "
                 "tokenizer_config.json)", t->path);
@@ -567,6 +572,20 @@ char *celer_chat_render(const celer_tokenizer *t, const char *messages_json, con
         tj_free(tl);
         if (!ok) { err_set("tools: want a JSON array"); return NULL; }
     }
+    /* the inside of the extra object, spliced after ours so that its keys win */
+    const char *xa = NULL, *xb = NULL;
+    if (extra_vars_json) {
+        tj_doc *x = tj_parse(extra_vars_json, strlen(extra_vars_json), "template variables");
+        if (!x) return NULL;
+        ok = tj_root(x)->type == TJ_OBJ;
+        int empty = ok && tj_root(x)->n == 0;
+        tj_free(x);
+        if (!ok) { err_set("template variables: want a JSON object, like {\"enable_thinking\": false}"); return NULL; }
+        if (!empty) {
+            xa = strchr(extra_vars_json, '{') + 1;
+            xb = strrchr(extra_vars_json, '}');
+        }
+    }
     tk_buf v = {0};
     tkb_put(&v, "{\"messages\": ", sizeof "{\"messages\": " - 1);
     tkb_put(&v, messages_json, strlen(messages_json));
@@ -578,6 +597,10 @@ char *celer_chat_render(const celer_tokenizer *t, const char *messages_json, con
     else tkb_put(&v, "false", sizeof "false" - 1);
     if (t->bos_token) { tkb_put(&v, ", \"bos_token\": ", sizeof ", \"bos_token\": " - 1); json_escape(&v, t->bos_token); }
     if (t->eos_token) { tkb_put(&v, ", \"eos_token\": ", sizeof ", \"eos_token\": " - 1); json_escape(&v, t->eos_token); }
+    if (xa && xb > xa) {
+        tkb_put(&v, ", ", 2);
+        tkb_put(&v, xa, (size_t)(xb - xa));
+    }
     tkb_putc(&v, '}');
     if (v.oom) { tkb_free(&v); err_set("out of memory"); return NULL; }
     tj_doc *d = tj_parse(v.p, v.n, "template variables");
