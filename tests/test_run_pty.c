@@ -134,7 +134,6 @@ static void ctrl_c_keeps_the_chat(void) {
     CHECK(start(&t) == 0, "forkpty: %s", strerror(errno));
     if (t.pid <= 0) return;
     CHECK(until_prompt(&t, 30) == 0, "no first prompt");
-    usleep(200000);
     say(&t, "\003");  /* at the prompt: a fresh prompt */
     CHECK(until_prompt(&t, 10) == 0, "no prompt after Ctrl-C at the prompt; output: %s", t.buf);
     /* greedy "hello" loops ("and of the Levites, ...") until the context is full:

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,12 +230,13 @@ static void chat_reset(chat *c) {
 
 /* Waits until standard input (a terminal) has a line or Ctrl-C comes. SIGINT is
  * blocked except inside ppoll, so a Ctrl-C that lands just before the wait is not
- * lost. 0: a line is ready; 1: interrupted. */
+ * lost (the model's threads block it for good, see cmd_run). 0: a line is ready;
+ * 1: interrupted. */
 static int wait_input(void) {
     sigset_t block, old;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
-    sigprocmask(SIG_BLOCK, &block, &old);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
     int r = 0;
     for (;;) {
         if (interrupted) {
@@ -244,7 +246,7 @@ static int wait_input(void) {
         struct pollfd p = {0, POLLIN, 0};
         if (ppoll(&p, 1, NULL, &old) >= 0 || errno != EINTR) break;
     }
-    sigprocmask(SIG_SETMASK, &old, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     return r;
 }
 
@@ -375,7 +377,14 @@ int cmd_run(int argc, char **argv) {
     int status = 1;
     int tty_err = cli_stderr_is_tty() && !c.quiet;
     if (tty_err) fprintf(stderr, "celer: loading %s ...", dir);
+    /* The model's worker threads start with SIGINT blocked, so Ctrl-C always
+     * reaches this thread (and interrupts its wait at the prompt). */
+    sigset_t intr;
+    sigemptyset(&intr);
+    sigaddset(&intr, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &intr, NULL);
     c.m = celer_model_open(dir, (int)threads);
+    pthread_sigmask(SIG_UNBLOCK, &intr, NULL);
     if (tty_err) fprintf(stderr, "\r\033[K");
     if (!c.m || !(c.tk = celer_tokenizer_open(dir))) {
         cli_error("run", "%s", celer_last_error());
