@@ -17,7 +17,10 @@ ok()  { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 finish() { echo "@@ $pass passed $fail failed"; [ "$fail" = 0 ]; exit $?; }
 
-# start NAME ARGS...: starts a server, sets PORT and PID, waits for /health 200 (bounded)
+# get URL [KEY]: status line, then the body
+get() { timeout 60 node tests/server/get.mjs "$@"; }
+# start NAME ARGS...: starts a server, sets PORT and PID, waits until it is ready (bounded);
+# with WAIT=listening only until it listens
 start() {
   local name=$1; shift
   : >"$T/$name.log"
@@ -25,7 +28,7 @@ start() {
   PID=$!; PIDS="$PIDS $PID"; PORT=""
   for _ in $(seq 1 600); do
     PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/$name.log" | grep -o '[0-9]*$')
-    if [ -n "$PORT" ] && grep -q ' ready ' "$T/$name.log"; then return 0; fi
+    if [ -n "$PORT" ] && { [ "${WAIT:-}" = listening ] || grep -q ' ready ' "$T/$name.log"; }; then return 0; fi
     kill -0 "$PID" 2>/dev/null || break
     sleep 0.1
   done
@@ -70,15 +73,28 @@ if [ ! -f "$NPM_DIR/node_modules/openai/package.json" ]; then
 fi
 export NPM_DIR
 
+# ---- /health says 503 while the model loads (the tokenizer comes through a FIFO), then 200 ----
+mkdir -p "$T/slow" && mkfifo "$T/slow/tokenizer.json"
+if WAIT=listening start loading -m tests/fixtures/models/llama --tokenizer "$T/slow/tokenizer.json"; then
+  h=$(get "http://127.0.0.1:$PORT/health")
+  c=$(BODY='{"prompt":"x"}' get "http://127.0.0.1:$PORT/v1/completions")
+  [ "$(head -1 <<<"$h")" = 503 ] && grep -q 'Loading model' <<<"$h" && [ "$(head -1 <<<"$c")" = 503 ] &&
+    ok "loading: /health and requests 503" || bad "loading: $h / $c"
+  timeout 20 cp tests/server/tok512/tokenizer.json "$T/slow/tokenizer.json"
+  for _ in $(seq 1 300); do h=$(get "http://127.0.0.1:$PORT/health"); [ "$(head -1 <<<"$h")" = 200 ] && break; sleep 0.1; done
+  [ "$(head -1 <<<"$h")" = 200 ] && grep -q '"ok"' <<<"$h" && ok "loaded: /health 200" || bad "loaded: $h"
+  stop "$PID" || bad "loading server exit"
+fi
+
 # ---- models/default: the openai client, bad input; LLAMA_ARG_* variables ----
 KEY=sekrit-$$
 if LLAMA_ARG_N_PARALLEL=16 LLAMA_ARG_ENDPOINT_METRICS=1 start main -m models/default --api-key "$KEY" -c 256 --max-body 65536; then
   MAIN=$PID
-  slots=$(curl -s -H "Authorization: Bearer $KEY" "http://127.0.0.1:$PORT/metrics" | grep '^celer_slots_total ' | cut -d' ' -f2)
+  slots=$(get "http://127.0.0.1:$PORT/metrics" "$KEY" | grep '^celer_slots_total ' | cut -d' ' -f2)
   [ "$slots" = 16 ] && ok "LLAMA_ARG_N_PARALLEL, LLAMA_ARG_ENDPOINT_METRICS" || bad "LLAMA_ARG_* variables: slots '$slots'"
   node_case e2e.mjs "$PORT" "$KEY"
   node_case bad.mjs "$PORT" "$KEY"
-  m=$(curl -s -H "Authorization: Bearer $KEY" "http://127.0.0.1:$PORT/metrics")
+  m=$(get "http://127.0.0.1:$PORT/metrics" "$KEY")
   for k in celer_requests_total celer_prompt_tokens_total celer_completion_tokens_total celer_prompt_cache_hits_total \
            celer_prompt_cache_reused_tokens_total celer_kv_bytes_in_use celer_queue_depth \
            celer_time_to_first_token_seconds_bucket celer_time_per_output_token_seconds_bucket; do

@@ -2,9 +2,10 @@
  * session, sampler and detokenizer, and the prompt cache. Each step it
  *   1. admits queued jobs into free slots (a job of n choices takes n slots at once),
  *      restoring the longest cached prefix of the prompt;
- *   2. prefills prompts in chunks, at most batch_size tokens per step over all slots,
- *      so a long prompt does not stall the streams that are decoding;
- *   3. advances every decoding slot by its pending token with one celer_batch_eval;
+ *   2+3. advances every decoding slot by its pending token and prefills prompts in
+ *      chunks (at most batch_size prompt tokens per step over all slots, so a long
+ *      prompt does not stall the streams that are decoding), all in one
+ *      celer_batch_eval: the batched forward shares its matrix products;
  *   4. samples each slot that has fresh logits, streams its text, and finishes it on
  *      a stop token, a stop string, max_tokens or a full context, keeping the
  *      conversation in the prompt cache.
@@ -410,24 +411,10 @@ static void step(srv_sched *S) {
         slot *sl = &S->slots[i];
         if (sl->state == SLOT_PREFILL && sl->cursor == sl->job->req->n_prompt) prefill_done(S, i);
     }
-    /* chunked prefill under one budget */
-    int budget = S->cfg.batch_size;
-    for (int i = 0; i < S->n_slots && budget > 0; i++) {
-        slot *sl = &S->slots[i];
-        if (sl->state != SLOT_PREFILL) continue;
-        const srv_request *r = sl->job->req;
-        int m = r->n_prompt - sl->cursor;
-        if (m > budget) m = budget;
-        if (celer_session_eval(sl->s, r->prompt + sl->cursor, m, NULL, 0) != 0) {
-            job_abort(S, sl->job, 500, celer_last_error());
-            continue;
-        }
-        sl->cursor += m;
-        budget -= m;
-        if (sl->cursor == r->n_prompt) prefill_done(S, i);
-    }
-    /* one decode step for every slot with a pending token */
-    int n = 0;
+    /* one step for everything: a token for every decoding slot, and chunks of the
+     * prompts being prefilled under one budget of batch_size tokens, in one
+     * celer_batch_eval (the batched forward shares the matrix products) */
+    int n = 0, budget = S->cfg.batch_size;
     for (int i = 0; i < S->n_slots; i++) {
         slot *sl = &S->slots[i];
         if (sl->state != SLOT_DECODE || !sl->need_feed) continue;
@@ -436,11 +423,23 @@ static void step(srv_sched *S) {
         S->bn[n] = 1;
         S->bi[n++] = i;
     }
+    for (int i = 0; i < S->n_slots && budget > 0; i++) {
+        slot *sl = &S->slots[i];
+        if (sl->state != SLOT_PREFILL) continue;
+        const srv_request *r = sl->job->req;
+        int m = r->n_prompt - sl->cursor;
+        if (m > budget) m = budget;
+        S->bs[n] = sl->s;
+        S->bt[n] = r->prompt + sl->cursor;
+        S->bn[n] = m;
+        S->bi[n++] = i;
+        budget -= m;
+    }
     if (n && celer_batch_eval(S->bs, S->bt, S->bn, n) != 0) {
         /* find the culprit: feed each alone */
         for (int k = 0; k < n; k++) {
             slot *sl = &S->slots[S->bi[k]];
-            if (celer_session_eval(sl->s, &sl->pending, 1, NULL, 0) != 0) {
+            if (celer_session_eval(sl->s, S->bt[k], S->bn[k], NULL, 0) != 0) {
                 job_abort(S, sl->job, 500, celer_last_error());
                 S->bi[k] = -1;
             }
@@ -449,9 +448,13 @@ static void step(srv_sched *S) {
     for (int k = 0; k < n; k++) {
         if (S->bi[k] < 0) continue;
         slot *sl = &S->slots[S->bi[k]];
-        if (sl->state != SLOT_DECODE) continue;
-        sl->need_feed = 0;
-        sl->has_logits = 1;
+        if (sl->state == SLOT_DECODE) {
+            sl->need_feed = 0;
+            sl->has_logits = 1;
+        } else if (sl->state == SLOT_PREFILL) {
+            sl->cursor += S->bn[k];
+            if (sl->cursor == sl->job->req->n_prompt) prefill_done(S, S->bi[k]);
+        }
     }
     /* sample every slot with fresh logits */
     for (int i = 0; i < S->n_slots; i++) {
