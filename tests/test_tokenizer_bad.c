@@ -2,6 +2,7 @@
  * unsupported tokenizer.json files (errors name the file, position or component),
  * invalid UTF-8 text (replaced as Python's errors="replace" does, never a crash),
  * empty and 1 MB inputs, streaming decode of split UTF-8 sequences, NULL frees. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -256,6 +257,52 @@ static void normalize_runs(void) {
     CHECK(bad == 0, "%d strings normalize differently run by run", bad);
 }
 
+/* One tokenizer, several threads encoding and rendering at once: the same results as
+ * one thread (the tokenizer is read-only after open). */
+typedef struct {
+    const celer_tokenizer *t;
+    const char *text;
+    int32_t *ids;
+    int n;
+    char *chat;
+} thread_job;
+
+static void *thread_run(void *p) {
+    thread_job *j = p;
+    for (int r = 0; r < 20; r++) {
+        free(j->ids);
+        j->n = celer_tokenize(j->t, j->text, strlen(j->text), 1, &j->ids);
+        free(j->chat);
+        j->chat = celer_chat_render(j->t, "[{\"role\": \"user\", \"content\": \"hi\"}]", NULL, 1);
+    }
+    return NULL;
+}
+
+static void threads(void) {
+    celer_tokenizer *t = fixture("qwen3");
+    if (!t) return;
+    const char *text = "Threads share one tokenizer: 日本語, émoji 🙂, code `x = f(1)`, numbers 12345.";
+    int32_t *want;
+    int nw = celer_tokenize(t, text, strlen(text), 1, &want);
+    char *want_chat = celer_chat_render(t, "[{\"role\": \"user\", \"content\": \"hi\"}]", NULL, 1);
+    thread_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (thread_job){t, text, NULL, 0, NULL};
+        pthread_create(&th[i], NULL, thread_run, &jobs[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(jobs[i].n == nw && !memcmp(jobs[i].ids, want, (size_t)nw * sizeof *want), "thread %d: different ids", i);
+        CHECK(jobs[i].chat && want_chat && !strcmp(jobs[i].chat, want_chat), "thread %d: different prompt", i);
+        free(jobs[i].ids);
+        free(jobs[i].chat);
+    }
+    free(want);
+    free(want_chat);
+    celer_tokenizer_free(t);
+}
+
 static void null_frees(void) {
     celer_tokenizer_free(NULL);
     celer_detok_free(NULL);
@@ -297,6 +344,7 @@ int main(void) {
     RUN(empty_and_big);
     RUN(stream_split_sequences);
     RUN(normalize_runs);
+    RUN(threads);
     RUN(null_frees);
     RUN(template_errors);
     char cmd[300];
