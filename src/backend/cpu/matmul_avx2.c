@@ -1,14 +1,16 @@
 /* backend/cpu/matmul_avx2.c: AVX2+FMA matrix products (compiled with -mavx2 -mfma
  * -mf16c, called only when cpu_has_avx2()). Two families of kernels:
- *  - GEMV (few activation rows, memory-bound): each weight row is streamed once per
- *    pass of up to GEMV_NT activation rows and consumed straight from its stored
- *    format; quantized rows are never dequantized, the group scale and bias are
- *    factored out of the dot product.
- *  - GEMM (many activation rows, compute-bound): MM_NR weight rows are dequantized
- *    into a packed f32 panel in scratch, then an MM_MR x MM_NR register-tiled FMA
- *    kernel runs it against every activation row.
+ *  - GEMV (T <= 8 activation rows, memory-bound): each weight row is streamed once per
+ *    pass (up to 4 rows per pass, or 5..8 in one wide pass) and consumed straight from
+ *    its stored format; quantized rows are never dequantized: the group scale and bias
+ *    are factored out of the dot product, and 2-/4-bit codes are read through byte
+ *    windows (see byte_window_x).
+ *  - GEMM (T >= 9, compute-bound): MM_NR weight rows are dequantized into a packed f32
+ *    panel in scratch, then an MM_MR x MM_NR register-tiled FMA kernel runs it against
+ *    every activation row.
  * Invariant: every output element is computed by the same sequence of operations
- * whatever the row split, so results do not depend on the thread count. */
+ * whatever the row split, so results do not depend on the thread count. (They do
+ * depend on which kernel T selects: GEMV and GEMM sum in different orders.) */
 #include <immintrin.h>
 #include <string.h>
 
