@@ -109,8 +109,10 @@ static void check_tokenizer(const char *name, int full) {
         lines_match(name, "detokenize", out, cases, "decoded");
         free(out);
     }
-    /* chats: the prompt exactly, nothing added */
+    /* chats: the prompt exactly, nothing added (for the big files only the longer chat:
+     * every load costs a second under ASan; the library tests cover the rest) */
     json_array_foreach(json_object_get(r, "chats"), i, c) {
+        if (!full && i == 0) continue;
         char mf[512];
         snprintf(mf, sizeof mf, "%s/%s.chat%zu.json", tmpdir, name, i);
         char *m = json_dumps(json_object_get(c, "messages"), 0);
