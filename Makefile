@@ -16,6 +16,12 @@ endif
 
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -pthread -Iinclude -Isrc $(SANFLAGS) $(EXTRA_CFLAGS)
 LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -pthread
+# Line editing in `celer run` (libedit) is opt-in until typed-ahead input survives its
+# terminal setup (tests/test_run_pty.c loses a Ctrl-D sent right after the prompt).
+ifeq ($(EDITLINE),1)
+CFLAGS  += -DCELER_HAVE_EDITLINE
+LDLIBS  += -ledit
+endif
 
 # CUDA is built where nvcc exists (CI compiles it; `make test-cuda` runs it on a GPU).
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -66,10 +72,9 @@ test: deps
 	@$(MAKE) --no-print-directory tests SAN=$(SAN) BUILD=$(BUILD)
 	@tests/run.sh $(B)
 
-# The README's run command: a tiny model the repo synthesizes itself (no download).
+# The README's run command: chat with the embedded default model (models/default).
 run: $(B)/celer
-	@[ -f $(B)/tiny/model.safetensors ] || $(B)/celer synth --shape tiny -o $(B)/tiny
-	$(B)/celer generate -m $(B)/tiny --tokens 1,2,3,4 -n 24
+	$(B)/celer run
 
 # Kernel micro-benchmarks (bench/*.c): `make bench`, then e.g. build/bench_mm -f q4 -t 2.
 BENCHES := $(patsubst bench/%.c,$(B)/%,$(wildcard bench/*.c))

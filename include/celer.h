@@ -71,9 +71,13 @@ int celer_session_rewind(celer_session *s, int n);
 
 /* Feeds n_tokens[i] tokens (tokens[i]) to sessions[i] for each of the n distinct
  * sessions of one model, as one step (the server's continuous batching: several
- * conversations share each decode step). Afterwards celer_session_logits(sessions[i])
- * holds session i's last logits. On error no session advances. */
-int celer_batch_eval(celer_session *const *sessions, const int32_t *const *tokens, const int *n_tokens, int n);
+ * conversations share each decode step's matrix products). Afterwards
+ * celer_session_logits(sessions[i]) holds session i's last logits, for the sessions
+ * whose want_logits[i] is non-zero (want_logits NULL: all of them); the others skip
+ * the output layer and have no logits (a prompt chunk that is not its prompt's last).
+ * On error no session advances. */
+int celer_batch_eval(celer_session *const *sessions, const int32_t *const *tokens, const int *n_tokens,
+                     const unsigned char *want_logits, int n);
 
 /* Greedy generation: feeds prompt (n_prompt tokens), then generates up to n_gen
  * tokens into out, stopping after stop_token when stop_token >= 0. Returns the

@@ -28,7 +28,9 @@ expect "unknown command" 2 "unknown command 'fly'" "$C" fly
 expect "help" 0 "commands:" "$C" --help
 expect "missing value" 2 "flag '-n' needs a value" "$C" generate -m "$M" --tokens 1 -n
 expect "bad integer" 2 "flag '--chunk' wants an integer" "$C" logits -m "$M" --tokens 1 --chunk 0 -o "$T/x"
-expect "missing -m" 2 "missing -m DIR" "$C" generate --tokens 1
+expect "default model missing" 1 "no such checkpoint directory" env CELER_DEFAULT_MODEL="$T/none" "$C" generate --tokens 1
+out=$("$C" generate --tokens 0,301,359 -n 3 2>/dev/null)
+if [[ "$out" =~ ^[0-9]+,[0-9]+,[0-9]+$ ]]; then ok "generate without -m uses the default model"; else bad "default model: '$out'"; fi
 expect "both token sources" 2 "exactly one of --tokens" "$C" logits -m "$M" --tokens 1 --tokens-file x -o "$T/x"
 expect "bad token list" 1 "'x' is not a token id" "$C" generate -m "$M" --tokens 1,x
 expect "token out of range" 1 "token id 512" "$C" generate -m "$M" --tokens 1,512

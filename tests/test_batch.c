@@ -41,7 +41,7 @@ static void lockstep(const char *name) {
             nt[k] = want;
             who[k++] = i;
         }
-        if (celer_batch_eval(ss, tk, nt, k) != 0) {
+        if (celer_batch_eval(ss, tk, nt, NULL, k) != 0) {
             CHECK(0, "%s step %d: %s", name, step, celer_last_error());
             break;
         }
@@ -74,20 +74,39 @@ static void bad_batches(void) {
     celer_session *ss[2] = {a, b};
     const int32_t *tk[2] = {ta, tb};
     int nt[2] = {2, 2};
-    CHECK(celer_batch_eval(ss, tk, nt, 2) != 0, "token 999 accepted");
+    CHECK(celer_batch_eval(ss, tk, nt, NULL, 2) != 0, "token 999 accepted");
     CHECK_STR_HAS(celer_last_error(), "999");
     CHECK(celer_session_pos(a) == 0 && celer_session_pos(b) == 0, "a failed batch advanced a session");
     celer_session *dup[2] = {a, a};
     const int32_t *tk2[2] = {ta, ta};
-    CHECK(celer_batch_eval(dup, tk2, nt, 2) != 0, "the same session twice was accepted");
+    CHECK(celer_batch_eval(dup, tk2, nt, NULL, 2) != 0, "the same session twice was accepted");
     CHECK_STR_HAS(celer_last_error(), "twice");
     /* more rows than one batch holds: each session falls back to its chunked eval */
     int32_t longer[20];
     for (int i = 0; i < 20; i++) longer[i] = i + 1;
     const int32_t *tk3[2] = {longer, ta};
     int nt3[2] = {20, 1};
-    CHECK(celer_batch_eval(ss, tk3, nt3, 2) == 0, "long + short: %s", celer_last_error());
+    CHECK(celer_batch_eval(ss, tk3, nt3, NULL, 2) == 0, "long + short: %s", celer_last_error());
     CHECK(celer_session_pos(a) == 20 && celer_session_pos(b) == 1, "positions %d %d", celer_session_pos(a), celer_session_pos(b));
+    /* a session that wants no logits still advances; the other's logits are its own */
+    celer_session *c = celer_session_new(m, 32, 8), *d = celer_session_new(m, 32, 8), *e = celer_session_new(m, 32, 8);
+    const int32_t tc[3] = {4, 5, 6}, td[1] = {7};
+    celer_session *cd[2] = {c, d};
+    const int32_t *tcd[2] = {tc, td};
+    int ncd[2] = {3, 1};
+    const unsigned char want[2] = {0, 1};
+    CHECK(celer_batch_eval(cd, tcd, ncd, want, 2) == 0, "want_logits: %s", celer_last_error());
+    CHECK(celer_session_pos(c) == 3 && celer_session_logits(c) == NULL, "a session without wanted logits has some");
+    CHECK(celer_session_eval(e, td, 1, NULL, 0) == 0, "alone: %s", celer_last_error());
+    const float *ld = celer_session_logits(d), *le = celer_session_logits(e);
+    double worst = 0;
+    for (int i = 0; ld && le && i < 512; i++) worst = fmax(worst, fabs((double)ld[i] - le[i]));
+    CHECK(ld && le && worst < 1e-4, "logits next to a logit-less session differ from alone by %g", worst);
+    /* and c, fed on, continues as if it had been fed alone */
+    CHECK(celer_session_eval(c, td, 1, NULL, 0) == 0, "%s", celer_last_error());
+    celer_session_free(c);
+    celer_session_free(d);
+    celer_session_free(e);
     celer_session_free(a);
     celer_session_free(b);
     celer_model_free(m);

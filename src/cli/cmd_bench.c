@@ -3,6 +3,7 @@
  * decode as weight-read GB/s against the read bandwidth measured in the same run,
  * prefill as GFLOP/s of the layers' matrix products. */
 #include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +12,10 @@
 #include "celer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 
 static const opt_spec opts[] = {
-    {"--model", "-m", "DIR", "checkpoint directory"},
+    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
     {"--n-prompt", "-p", "N", "prompt tokens for the prefill test (default 512; 0 skips it)"},
     {"--n-gen", "-n", "N", "generated tokens for the decode test (default 128; 0 skips it)"},
     {"--repetitions", "-r", "N", "repetitions of each test (default 5)"},
@@ -77,12 +79,13 @@ int cmd_bench(int argc, char **argv) {
               opts, 6, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    const char *dir = args_get(&a, "--model"), *fmt = args_get(&a, "--output");
+    char defbuf[PATH_MAX];
+    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *fmt = args_get(&a, "--output");
+    if (!dir) return 2;
     long np, ng, reps, threads;
     if (args_int(&a, "--n-prompt", 512, 0, 1 << 20, &np) || args_int(&a, "--n-gen", 128, 0, 1 << 20, &ng) ||
         args_int(&a, "--repetitions", 5, 1, 1000, &reps) || args_int(&a, "--threads", 0, 1, 1024, &threads))
         return 2;
-    if (!dir) { args_usage_error(&a, "missing -m DIR"); return 2; }
     if (!fmt) fmt = "md";
     if (strcmp(fmt, "md") != 0 && strcmp(fmt, "json") != 0) { args_usage_error(&a, "-o wants md or json, got '%s'", fmt); return 2; }
     int tty = cli_stderr_is_tty();

@@ -3,15 +3,17 @@
  * writes the logits of the tokens it evaluated (-o, only the new tokens) and
  * continues greedily (-n, ids printed on stdout). The session's KV counters go to
  * stderr with CELER_STATS=1. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "celer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 
 static const opt_spec opts[] = {
-    {"--model", "-m", "DIR", "checkpoint directory (config.json + safetensors)"},
+    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
     {"--tokens", NULL, "LIST", "token ids to evaluate after the loaded cache, comma separated"},
     {"--tokens-file", NULL, "FILE", "read those token ids from FILE"},
     {"--load-cache", NULL, "FILE", "start from a cache file written by --save-cache"},
@@ -28,13 +30,14 @@ int cmd_cache(int argc, char **argv) {
               "Evaluates tokens in a session that starts from a cache file and/or ends by writing one.", opts, 10, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    const char *dir = args_get(&a, "--model"), *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file");
+    char defbuf[PATH_MAX];
+    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file");
+    if (!dir) return 2;
     const char *load = args_get(&a, "--load-cache"), *save = args_get(&a, "--save-cache"), *out = args_get(&a, "--output");
     long n_gen, chunk, ctx, threads;
     if (args_int(&a, "--n-predict", 0, 0, 1 << 24, &n_gen) || args_int(&a, "--chunk", 512, 1, 1 << 24, &chunk) ||
         args_int(&a, "--ctx-size", 0, 1, 1 << 24, &ctx) || args_int(&a, "--threads", 0, 1, 1024, &threads))
         return 2;
-    if (!dir) { args_usage_error(&a, "missing -m DIR"); return 2; }
     if (tl && tf) { args_usage_error(&a, "give at most one of --tokens and --tokens-file"); return 2; }
     if (out && !tl && !tf) { args_usage_error(&a, "-o needs tokens to evaluate"); return 2; }
     if (!load && !tl && !tf) { args_usage_error(&a, "nothing to do: give tokens or --load-cache"); return 2; }

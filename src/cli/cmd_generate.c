@@ -2,6 +2,7 @@
  * default or sampled with llama.cpp's flags (cli/sampling.h). From ids it prints the
  * generated ids, comma separated, on one line of stdout; from text (-p) it streams
  * the generated text to stdout as it is produced. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +12,11 @@
 #include "celer_tokenizer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "cli/sampling.h"
 
 static const opt_spec opts[] = {
-    {"--model", "-m", "DIR", "checkpoint directory (config.json + safetensors)"},
+    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
     {"--tokens", NULL, "LIST", "prompt token ids, comma separated"},
     {"--tokens-file", NULL, "FILE", "read prompt token ids from FILE"},
     {"--prompt", "-p", "TEXT", "prompt text (tokenized with the checkpoint's tokenizer); prints text"},
@@ -55,14 +57,15 @@ int cmd_generate(int argc, char **argv) {
               opts, (int)(sizeof opts / sizeof opts[0]), {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    const char *dir = args_get(&a, "--model");
+    char defbuf[PATH_MAX];
+    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf);
+    if (!dir) return 2;
     const char *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file"), *text = args_get(&a, "--prompt");
     const char *stops = args_get(&a, "--stop-token"), *stop_text = args_get(&a, "--stop");
     long n_gen, ctx, threads;
     if (args_int(&a, "--n-predict", 32, 0, 1 << 24, &n_gen) || args_int(&a, "--ctx-size", 0, 1, 1 << 24, &ctx) ||
         args_int(&a, "--threads", 0, 1, 1024, &threads))
         return 2;
-    if (!dir) { args_usage_error(&a, "missing -m DIR"); return 2; }
     if (stop_text && !text) { args_usage_error(&a, "--stop needs a text prompt (-p)"); return 2; }
     if ((tl != NULL) + (tf != NULL) + (text != NULL) != 1) {
         args_usage_error(&a, "give exactly one of --tokens, --tokens-file and -p");

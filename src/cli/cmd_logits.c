@@ -1,14 +1,16 @@
 /* cli/cmd_logits.c: `celer logits`: the logits after every input token, as one
  * F32 tensor "logits" [T, V] in a safetensors file. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "celer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 
 static const opt_spec opts[] = {
-    {"--model", "-m", "DIR", "checkpoint directory (config.json + safetensors)"},
+    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
     {"--tokens", NULL, "LIST", "input token ids, comma separated"},
     {"--tokens-file", NULL, "FILE", "read input token ids from FILE"},
     {"--chunk", NULL, "N", "feed N tokens per forward through the KV cache (default: all at once)"},
@@ -24,14 +26,15 @@ int cmd_logits(int argc, char **argv) {
               "Runs the tokens through the model and writes logits [T, vocab] (float32).", opts, 9, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    const char *dir = args_get(&a, "--model"), *out = args_get(&a, "--output");
+    char defbuf[PATH_MAX];
+    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *out = args_get(&a, "--output");
+    if (!dir) return 2;
     const char *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file");
     const char *load = args_get(&a, "--load-cache"), *save = args_get(&a, "--save-cache");
     long chunk, threads, ctx;
     if (args_int(&a, "--chunk", 0, 1, 1 << 24, &chunk) || args_int(&a, "--threads", 0, 1, 1024, &threads) ||
         args_int(&a, "--ctx-size", 0, 1, 1 << 24, &ctx))
         return 2;
-    if (!dir) { args_usage_error(&a, "missing -m DIR"); return 2; }
     if (!out) { args_usage_error(&a, "missing -o OUT.safetensors"); return 2; }
     if (!tl == !tf) { args_usage_error(&a, "give exactly one of --tokens and --tokens-file"); return 2; }
     int n = 0;

@@ -35,3 +35,11 @@ const char *cli_default_model(char *buf, size_t n) {
     }
     return has_config("models/default") ? "models/default" : NULL;
 }
+
+const char *cli_model_arg(const args *a, char *buf, size_t n) {
+    const char *dir = args_get(a, "--model");
+    if (dir) return dir;
+    if ((dir = cli_default_model(buf, n))) return dir;
+    args_usage_error(a, "missing -m DIR, and the default model (models/default, or $CELER_DEFAULT_MODEL) is not there");
+    return NULL;
+}

@@ -23,29 +23,30 @@ static int prepare(celer_session *s, int T) {
 }
 
 /* One forward over sessions [0, n) whose tokens total at most the scratch's rows. */
-static int run_group(celer_session *const *ss, const int32_t *const *tok, const int *nt, int n, model_scratch *scr,
-                     fwd_seq *seqs, int32_t *flat) {
+static int run_group(celer_session *const *ss, const int32_t *const *tok, const int *nt, const unsigned char *want,
+                     int n, model_scratch *scr, fwd_seq *seqs, int32_t *flat) {
     model *m = ss[0]->cm->m;
     const int V = m->cfg.vocab;
     int r = 0;
     for (int i = 0; i < n; i++) {
         if (prepare(ss[i], nt[i]) != 0) return err_prefix("batch: session %d", i);
-        seqs[i] = (fwd_seq){ss[i]->caches, nt[i], ss[i]->pos};
+        seqs[i] = (fwd_seq){ss[i]->caches, nt[i], ss[i]->pos, !want || want[i]};
         memcpy(flat + r, tok[i], (size_t)nt[i] * sizeof *flat);
         r += nt[i];
     }
     if (model_forward_batch(m, seqs, n, scr, flat, 0) != 0) return -1;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, row = 0; i < n; i++) {
         celer_session *s = ss[i];
         memcpy(s->tokens + s->pos, tok[i], (size_t)nt[i] * sizeof *tok[i]);
         s->pos += nt[i];
-        memcpy(s->last, scr->logits + (size_t)i * V, (size_t)V * sizeof(float));
-        s->has_logits = 1;
+        s->has_logits = seqs[i].want_logits;
+        if (s->has_logits) memcpy(s->last, scr->logits + (size_t)row++ * V, (size_t)V * sizeof(float));
     }
     return 0;
 }
 
-int celer_batch_eval(celer_session *const *sessions, const int32_t *const *tokens, const int *n_tokens, int n) {
+int celer_batch_eval(celer_session *const *sessions, const int32_t *const *tokens, const int *n_tokens,
+                     const unsigned char *want_logits, int n) {
     if (n <= 0) return 0;
     const celer_model *cm = sessions[0]->cm;
     for (int i = 0; i < n; i++) {
@@ -78,7 +79,7 @@ int celer_batch_eval(celer_session *const *sessions, const int32_t *const *token
         }
         int j = i, rows = 0;
         while (j < n && n_tokens[j] <= scr->max_T && rows + n_tokens[j] <= scr->max_T) rows += n_tokens[j++];
-        rc = run_group(sessions + i, tokens + i, n_tokens + i, j - i, scr, seqs, flat);
+        rc = run_group(sessions + i, tokens + i, n_tokens + i, want_logits ? want_logits + i : NULL, j - i, scr, seqs, flat);
         i = j;
     }
     if (rc != 0 && start) {

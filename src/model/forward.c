@@ -263,18 +263,21 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
     if (all) {
         op->rmsnorm(b, s->x, m->final_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
     } else {
-        R = n_seqs;
+        R = 0;
         for (int i = 0, r = 0; i < n_seqs; i++) {
             r += seqs[i].T;
-            op->rmsnorm(b, s->x + (long)(r - 1) * H, m->final_norm, s->xn + (long)i * H, 1, (int)H, c->eps, c->norm_plus_one);
+            if (seqs[i].want_logits)
+                op->rmsnorm(b, s->x + (long)(r - 1) * H, m->final_norm, s->xn + (long)R++ * H, 1, (int)H, c->eps,
+                            c->norm_plus_one);
         }
     }
+    if (R == 0) return 0;
     op->matmul(b, &m->lm_head, s->xn, s->logits, R);
     if (c->final_softcap > 0) op->softcap(b, s->logits, (long)R * c->vocab, c->final_softcap);
     return 0;
 }
 
 int model_forward(model *m, kv_cache **caches, model_scratch *s, const int32_t *tok, int T, int past, int all) {
-    const fwd_seq one = {caches, T, past};
+    const fwd_seq one = {caches, T, past, 1};
     return model_forward_batch(m, &one, 1, s, tok, all);
 }

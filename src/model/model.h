@@ -216,12 +216,14 @@ typedef struct {
     kv_cache **caches;   /* [n_layers] its caches */
     int T;               /* its rows in this batch */
     int past;            /* tokens already in its caches (its first row's position) */
+    int want_logits;     /* its last row's logits are wanted (all == 0) */
 } fwd_seq;
 
 /* Runs several sequences (their tokens concatenated in tok, sum of T <= max_T) as one
  * forward: every row-wise stage and matrix product covers all rows at once; cache
  * writes and attention run per sequence on its own caches. Logits: every row (all)
- * or the last row of each sequence, in sequence order. On error every sequence's
+ * or the last row of each sequence that wants them, in sequence order (a prompt chunk
+ * that is not the prompt's last skips the output layer). On error every sequence's
  * caches are taken back to their `past`. model_forward is the one-sequence case. */
 int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, const int32_t *tok, int all);
 

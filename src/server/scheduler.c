@@ -61,6 +61,7 @@ struct srv_sched {
     celer_session **bs;
     const int32_t **bt;
     int *bn, *bi;
+    unsigned char *bw;        /* logits wanted: decode steps and a prompt's last chunk */
 };
 
 /* ---- slots ---- */
@@ -421,6 +422,7 @@ static void step(srv_sched *S) {
         S->bs[n] = sl->s;
         S->bt[n] = &sl->pending;
         S->bn[n] = 1;
+        S->bw[n] = 1;
         S->bi[n++] = i;
     }
     for (int i = 0; i < S->n_slots && budget > 0; i++) {
@@ -432,10 +434,11 @@ static void step(srv_sched *S) {
         S->bs[n] = sl->s;
         S->bt[n] = r->prompt + sl->cursor;
         S->bn[n] = m;
+        S->bw[n] = sl->cursor + m == r->n_prompt;
         S->bi[n++] = i;
         budget -= m;
     }
-    if (n && celer_batch_eval(S->bs, S->bt, S->bn, n) != 0) {
+    if (n && celer_batch_eval(S->bs, S->bt, S->bn, S->bw, n) != 0) {
         /* find the culprit: feed each alone */
         for (int k = 0; k < n; k++) {
             slot *sl = &S->slots[S->bi[k]];
@@ -495,7 +498,8 @@ srv_sched *srv_sched_new(celer_model *m, const celer_tokenizer *tok, const srv_c
     S->bt = calloc((size_t)S->n_slots, sizeof *S->bt);
     S->bn = calloc((size_t)S->n_slots, sizeof *S->bn);
     S->bi = calloc((size_t)S->n_slots, sizeof *S->bi);
-    if (!S->slots || !S->queue || !S->bs || !S->bt || !S->bn || !S->bi) goto fail;
+    S->bw = calloc((size_t)S->n_slots, sizeof *S->bw);
+    if (!S->slots || !S->queue || !S->bs || !S->bt || !S->bn || !S->bi || !S->bw) goto fail;
     for (int i = 0; i < S->n_slots; i++)
         if (!(S->slots[i].s = celer_session_new(m, cfg->ctx_size, cfg->batch_size))) goto fail;
     if (cfg->cache_prompt && !(S->pc = celer_prompt_cache_new(m, cfg->cache_bytes))) goto fail;
@@ -564,6 +568,7 @@ void srv_sched_free(srv_sched *S) {
     free(S->bt);
     free(S->bn);
     free(S->bi);
+    free(S->bw);
     pthread_cond_destroy(&S->cv);
     pthread_mutex_destroy(&S->mu);
     free(S);
