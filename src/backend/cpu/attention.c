@@ -3,9 +3,22 @@
  * with an online softmax (running max and sum), so no [T, n] score matrix is stored. */
 #include <math.h>
 
+#include "backend/cpu/attn_kernels.h"
 #include "backend/cpu/cpu.h"
 
 #define KB 64 /* keys scored per block */
+
+static float dot_portable(const float *a, const float *b, int n) {
+    float d = 0.0f;
+    for (int c = 0; c < n; c++) d += a[c] * b[c];
+    return d;
+}
+
+static void scale_axpy_portable(float *o, float f, float e, const float *v, int n) {
+    for (int c = 0; c < n; c++) o[c] = o[c] * f + e * v[c];
+}
+
+static const attn_kernels attn_kernels_portable = {dot_portable, scale_axpy_portable};
 
 typedef struct {
     const float *q;
@@ -14,6 +27,7 @@ typedef struct {
     const attn_kv *kv;
     const attn_params *p;
     float *out;
+    const attn_kernels *k;
 } attn_job;
 
 static void attend_one(const attn_job *j, int t, int h) {
@@ -34,26 +48,24 @@ static void attend_one(const attn_job *j, int t, int h) {
             int32_t kp = kv->pos[r];
             if (kp > qp || (p->window > 0 && qp - kp >= p->window)) continue;
             const float *k = kv->k + (long)r * kv->row_stride + (long)g * hd;
-            float d = 0.0f;
-            for (int c = 0; c < hd; c++) d += q[c] * k[c];
-            d *= p->scale;
+            float d = j->k->dot(q, k, hd) * p->scale;
             if (p->softcap > 0) d = p->softcap * tanhf(d / p->softcap);
             s[nb] = d;
             idx[nb++] = r;
             if (d > bm) bm = d;
         }
         if (!nb) continue;
+        float f = 1.0f; /* rescales o once, folded into the first value added */
         if (bm > m) {
-            float f = expf(m - bm);
+            f = expf(m - bm);
             l *= f;
-            for (int d = 0; d < hd; d++) o[d] *= f;
             m = bm;
         }
         for (int i = 0; i < nb; i++) {
             float e = expf(s[i] - m);
             l += e;
             const float *v = kv->v + (long)idx[i] * kv->row_stride + (long)g * hd;
-            for (int d = 0; d < hd; d++) o[d] += e * v[d];
+            j->k->scale_axpy(o, i == 0 ? f : 1.0f, e, v, hd);
         }
     }
     float inv = l > 0 ? 1.0f / l : 0.0f;
@@ -70,7 +82,8 @@ static void attn_task(void *ctx, int task, int n_tasks) {
 void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv,
                    const attn_params *p, float *out) {
     cpu_backend *c = b->impl;
-    attn_job j = {q, qpos, T, kv, p, out};
+    attn_job j = {q, qpos, T, kv, p, out,
+                  cpu_has_avx2() && p->head_dim % 8 == 0 ? &attn_kernels_avx2 : &attn_kernels_portable};
     long total = (long)T * p->n_heads;
     int tasks = total < c->n_threads ? (int)total : c->n_threads;
     pool_run(c->pool, tasks, attn_task, &j);

@@ -1,0 +1,11 @@
+/* backend/cpu/attn_kernels.h: the inner loops of CPU attention, chosen once per call
+ * (portable, or AVX2 in attention_avx2.c when the CPU has it and head_dim % 8 == 0). */
+#ifndef CELER_ATTN_KERNELS_H
+#define CELER_ATTN_KERNELS_H
+typedef struct {
+    float (*dot)(const float *a, const float *b, int n);                   /* sum a[i] b[i] */
+    void (*scale_axpy)(float *o, float f, float e, const float *v, int n); /* o = o f + e v */
+} attn_kernels;
+
+extern const attn_kernels attn_kernels_avx2;
+#endif
