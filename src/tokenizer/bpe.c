@@ -404,7 +404,8 @@ static int bpe_word_cached(const tk_bpe *b, tk_bpe_scratch *s, const char *w, si
     if (s->cache.n < CACHE_MAX_ENTRIES && s->cn + k + 1 < INT32_MAX) {
         int32_t cnt = (int32_t)k;
         size_t off = s->cn;
-        if (push_ids(&s->cids, &s->cn, &s->ccap, &cnt, 1) || push_ids(&s->cids, &s->cn, &s->ccap, *ids + before, k) ||
+        /* k may be 0 with *ids still NULL: no pointer arithmetic on it then */
+        if (push_ids(&s->cids, &s->cn, &s->ccap, &cnt, 1) || (k && push_ids(&s->cids, &s->cn, &s->ccap, *ids + before, k)) ||
             tk_strmap_put(&s->cache, w, n, (int32_t)off))
             return -1;
     }
