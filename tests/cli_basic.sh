@@ -58,6 +58,16 @@ if [ -f "$T/q.safetensors" ] && cmp -s <(tail -c 4096 "$T/a3.safetensors") <(tai
   ok "logits --save-cache / --load-cache"; else bad "logits with a loaded cache differs from one run"; fi
 expect "load a missing cache" 1 "nope.safetensors" "$C" logits -m "$M" --tokens 1 --load-cache "$T/nope.safetensors" -o "$T/x"
 
+# generate: a chat message through the template, and a generation continued from a
+# saved cache equals one run (the default model; the cache holds prompt + fed tokens)
+out=$("$C" generate --chat "Who made the heaven?" -n 8 --temp 0 2>/dev/null)
+if [ -n "$out" ] && ! [[ "$out" =~ ^[0-9,]+$ ]]; then ok "generate --chat prints text"; else bad "generate --chat: '$out'"; fi
+first=$("$C" generate --tokens 0,301,359,477 -n 3 --save-cache "$T/g.kv" 2>/dev/null)
+third=${first##*,}; fed=${first%,*}
+cont=$("$C" generate --tokens "$third" --load-cache "$T/g.kv" -n 5 2>/dev/null)
+fresh=$("$C" generate --tokens "0,301,359,477,$fed,$third" -n 5 2>/dev/null)
+if [ -n "$cont" ] && [ "$cont" = "$fresh" ]; then ok "generate --save-cache / --load-cache"; else bad "generate from a cache: '$cont' vs '$fresh'"; fi
+
 # synth + bench: the llama-bench table and the json rows
 "$C" synth --shape tiny -o "$T/tiny" && ok "synth tiny" || bad "synth tiny"
 out=$("$C" bench -m "$T/tiny" -p 16 -n 8 -r 2 -t 1 2>/dev/null)

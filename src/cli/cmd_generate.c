@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "celer.h"
 #include "celer_tokenizer.h"
 #include "cli/args.h"
@@ -25,7 +27,10 @@ static const opt_spec opts[] = {
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
     {"--ignore-eos", NULL, NULL, "keep generating after the end-of-sequence token"},
     {"--stop-token", NULL, "LIST", "token ids that end generation (besides end-of-sequence)"},
-    {"--stop", NULL, "TEXT", "with -p: stop when the text contains TEXT (not printed)"},
+    {"--stop", NULL, "TEXT", "with -p or --chat: stop when the text contains TEXT (not printed)"},
+    {"--chat", NULL, "MESSAGE", "a user message, rendered with the checkpoint's chat template; prints text"},
+    {"--load-cache", NULL, "FILE", "start from a KV cache file (celer logits/cache --save-cache)"},
+    {"--save-cache", NULL, "FILE", "write the KV cache after generating to FILE"},
     CLI_SAMPLING_OPTS,
 };
 
@@ -52,7 +57,7 @@ static int print_token(int32_t token, void *ctx) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    args a = {"generate", "-m DIR (--tokens LIST | --tokens-file F | -p TEXT) [-n N] [--temp F --seed N ...]",
+    args a = {"generate", "[-m DIR] (--tokens LIST | --tokens-file F | -p TEXT | --chat MESSAGE) [-n N] [--temp F ...]",
               "Generates tokens (greedy unless --temp > 0) and prints the generated token ids, or the text with -p.",
               opts, (int)(sizeof opts / sizeof opts[0]), {0}};
     int rc = args_parse(&a, argc, argv);
@@ -61,14 +66,15 @@ int cmd_generate(int argc, char **argv) {
     const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf);
     if (!dir) return 2;
     const char *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file"), *text = args_get(&a, "--prompt");
+    const char *chat = args_get(&a, "--chat"), *load = args_get(&a, "--load-cache"), *save = args_get(&a, "--save-cache");
     const char *stops = args_get(&a, "--stop-token"), *stop_text = args_get(&a, "--stop");
     long n_gen, ctx, threads;
     if (args_int(&a, "--n-predict", 32, 0, 1 << 24, &n_gen) || args_int(&a, "--ctx-size", 0, 1, 1 << 24, &ctx) ||
         args_int(&a, "--threads", 0, 1, 1024, &threads))
         return 2;
-    if (stop_text && !text) { args_usage_error(&a, "--stop needs a text prompt (-p)"); return 2; }
-    if ((tl != NULL) + (tf != NULL) + (text != NULL) != 1) {
-        args_usage_error(&a, "give exactly one of --tokens, --tokens-file and -p");
+    if (stop_text && !text && !chat) { args_usage_error(&a, "--stop needs a text prompt (-p or --chat)"); return 2; }
+    if ((tl != NULL) + (tf != NULL) + (text != NULL) + (chat != NULL) != 1) {
+        args_usage_error(&a, "give exactly one of --tokens, --tokens-file, -p and --chat");
         return 2;
     }
     int n = 0, n_stop = 0, status = 1;
@@ -79,12 +85,28 @@ int cmd_generate(int argc, char **argv) {
     celer_model *m = NULL;
     celer_sampler *smp = NULL;
     celer_session *s = NULL;
-    if (text) {
-        if (!(tk = celer_tokenizer_open(dir)) || (n = celer_tokenize(tk, text, strlen(text), 1, &tok)) < 0 ||
+    if (text || chat) {
+        char *rendered = NULL;
+        if (chat && (tk = celer_tokenizer_open(dir))) {
+            /* one user turn through the template; the template writes BOS itself */
+            json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", chat);
+            char *mj = msgs ? json_dumps(msgs, JSON_COMPACT) : NULL;
+            json_decref(msgs);
+            rendered = mj ? celer_chat_render(tk, mj, NULL, 1) : NULL;
+            free(mj);
+            if (!rendered) {
+                cli_error("generate", "%s", celer_last_error()[0] ? celer_last_error() : "--chat: cannot render the message");
+                goto done;
+            }
+        }
+        const char *src = chat ? rendered : text;
+        if ((!tk && !(tk = celer_tokenizer_open(dir))) || (n = celer_tokenize(tk, src, strlen(src), chat ? 0 : 1, &tok)) < 0 ||
             !(to.dt = celer_detok_new(tk, 1))) {
+            free(rendered);
             cli_error("generate", "%s", celer_last_error());
             goto done;
         }
+        free(rendered);
         if (n == 0) {
             cli_error("generate", "the prompt encodes to no tokens");
             goto done;
@@ -93,10 +115,10 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (stops && !(stop = parse_token_list(stops, &n_stop, "--stop-token"))) goto done;
-    int ctx_size = ctx ? (int)ctx : n + (int)n_gen;
+    int ctx_size = ctx ? (int)ctx : load ? 0 : n + (int)n_gen; /* 0: the model's limit */
     celer_sampler_params sp;
     uint64_t seed;
-    if (cli_sampling_params(&a, 0.0f, ctx_size, &sp, &seed)) {
+    if (cli_sampling_params(&a, 0.0f, ctx_size ? ctx_size : n + (int)n_gen, &sp, &seed)) {
         status = 2;
         goto done;
     }
@@ -112,7 +134,8 @@ int cmd_generate(int argc, char **argv) {
         cli_error("generate", "out of memory");
         goto done;
     }
-    if (!(smp = celer_sampler_new(&sp, info.vocab_size)) || !(s = celer_session_new(m, ctx_size, 512))) {
+    if (!(smp = celer_sampler_new(&sp, info.vocab_size)) || !(s = celer_session_new(m, ctx_size, 512)) ||
+        (load && celer_session_load_cache(s, load) != 0)) {
         cli_error("generate", "%s", celer_last_error());
         goto done;
     }
@@ -121,6 +144,10 @@ int cmd_generate(int argc, char **argv) {
     int k = n_gen ? celer_generate_sampled(s, smp, tok, n, (int)n_gen, eos, out, to.dt ? print_token : NULL, &to) : 0;
     if (k < 0) {
         if (to.dt) printf("\n");
+        cli_error("generate", "%s", celer_last_error());
+        goto done;
+    }
+    if (save && celer_session_save_cache(s, save) != 0) {
         cli_error("generate", "%s", celer_last_error());
         goto done;
     }

@@ -10,7 +10,7 @@ static const struct {
     const char *about;
 } commands[] = {
     {"run", cmd_run, "chat with a model (the embedded default model when none is given)"},
-    {"generate", cmd_generate, "generate tokens greedily from a prompt of token ids"},
+    {"generate", cmd_generate, "generate from token ids, text or a chat message (greedy or sampled)"},
     {"logits", cmd_logits, "write the logits after every input token to a safetensors file"},
     {"bench", cmd_bench, "measure prefill and decode speed (llama-bench style)"},
     {"synth", cmd_synth, "write a random-weight checkpoint of a published model's shape"},
@@ -24,7 +24,7 @@ static const struct {
 static void usage(FILE *f) {
     fprintf(f, "usage: celer COMMAND [options]   (celer COMMAND --help for its options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].about);
+        fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].about);
 }
 
 int main(int argc, char **argv) {
