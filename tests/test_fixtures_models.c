@@ -1,6 +1,7 @@
-/* tests/test_fixtures_families.c: Gemma 3 (bf16 and MLX q4), Gemma 4 (dense and
- * with MoE, KV sharing, K-equals-V, double-wide MLP, softcap), gpt-oss (bf16 and
- * MXFP4 experts) and EXAONE 4 against transformers' logits: all at once, 1 and 7
+/* tests/test_fixtures_models.c: every model fixture — Llama and Qwen3 (bf16 and MLX
+ * q4), Gemma 3 (bf16 and MLX q4), Gemma 4 (dense and with MoE, KV sharing,
+ * K-equals-V, double-wide MLP, softcap), gpt-oss (bf16 and MXFP4 experts) and
+ * EXAONE 4 — against transformers' logits: all at once, 1 and 7
  * tokens per forward, greedy generation reproducing transformers' own greedy
  * continuation, and the branch at `branch` through a snapshot and a cache file.
  * Prints each case's max error so regressions show their size. */
@@ -100,6 +101,10 @@ static void check_model(const char *name) {
     fixture_free(&r);
 }
 
+static void llama(void) { check_model("llama"); }
+static void llama_q4(void) { check_model("llama-q4"); }
+static void qwen3(void) { check_model("qwen3"); }
+static void qwen3_q4(void) { check_model("qwen3-q4"); }
 static void gemma3(void) { check_model("gemma3"); }
 static void gemma3_q4(void) { check_model("gemma3-q4"); }
 static void gemma4(void) { check_model("gemma4"); }
@@ -109,6 +114,10 @@ static void gpt_oss_mxfp4(void) { check_model("gpt_oss-mxfp4"); }
 static void exaone4(void) { check_model("exaone4"); }
 
 int main(void) {
+    RUN(llama);
+    RUN(llama_q4);
+    RUN(qwen3);
+    RUN(qwen3_q4);
     RUN(gemma3);
     RUN(gemma3_q4);
     RUN(exaone4);
