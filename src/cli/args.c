@@ -119,13 +119,13 @@ int32_t *parse_token_list(const char *s, int *n, const char *what) {
     return t;
 }
 
-int32_t *read_token_file(const char *path, int *n) {
+char *cli_read_file(const char *cmd, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fprintf(stderr, "error: %s: cannot open: %s\n", path, strerror(errno));
+        cli_error(cmd, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 4096, len = 0;
+    size_t len = 0, cap = 4096;
     char *buf = malloc(cap);
     size_t got;
     while (buf && (got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
@@ -137,8 +137,14 @@ int32_t *read_token_file(const char *path, int *n) {
         }
     }
     fclose(f);
-    if (!buf) return NULL;
+    if (!buf) { cli_error(cmd, "%s: out of memory", path); return NULL; }
     buf[len] = 0;
+    return buf;
+}
+
+int32_t *read_token_file(const char *path, int *n) {
+    char *buf = cli_read_file(NULL, path);
+    if (!buf) return NULL;
     int32_t *t = parse_token_list(buf, n, path);
     free(buf);
     return t;
@@ -146,7 +152,7 @@ int32_t *read_token_file(const char *path, int *n) {
 
 void cli_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "celer %s: error: ", cmd);
+    fprintf(stderr, "celer%s%s: error: ", cmd ? " " : "", cmd ? cmd : "");
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);

@@ -30,9 +30,12 @@ const char *args_get(const args *a, const char *lng);
 int args_int(const args *a, const char *lng, long def, long lo, long hi, long *out);
 /* Parses "1,2,3" (commas or white space) into a new array; n gets the count. */
 int32_t *parse_token_list(const char *s, int *n, const char *what);
+/* A whole file as a NUL-terminated string (malloc'd); NULL after printing an error
+ * that names cmd and the file. */
+char *cli_read_file(const char *cmd, const char *path);
 /* Reads a token list from a file. */
 int32_t *read_token_file(const char *path, int *n);
-/* Prints "celer CMD: error: MSG" to stderr. */
+/* Prints "celer CMD: error: MSG" (cmd NULL: "celer: error: MSG") to stderr. */
 void cli_error(const char *cmd, const char *fmt, ...);
 /* 1 when stderr is a terminal (progress is shown only then). */
 int cli_stderr_is_tty(void);

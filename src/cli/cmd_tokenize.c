@@ -178,29 +178,6 @@ int cmd_detokenize(int argc, char **argv) {
     return status;
 }
 
-static char *read_text_file(const char *cmd, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cli_error(cmd, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t n = 0, cap = 4096;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n < 2) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) { free(buf); buf = NULL; }
-            else buf = nb;
-        }
-    }
-    fclose(f);
-    if (!buf) { cli_error(cmd, "%s: out of memory", path); return NULL; }
-    buf[n] = 0;
-    return buf;
-}
-
 static const opt_spec chat_opts[] = {
     {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory (its chat template)"},
     {"--model", NULL, "DIR", "same as --tokenizer"},
@@ -219,8 +196,8 @@ int cmd_chat_template(int argc, char **argv) {
     if (!tokenizer_dir(&a)) { args_usage_error(&a, "missing --tokenizer DIR (or -m DIR)"); return 2; }
     const char *mf = args_get(&a, "--messages"), *tf = args_get(&a, "--tools");
     if (!mf) { args_usage_error(&a, "missing --messages FILE.json"); return 2; }
-    char *msgs = read_text_file(a.cmd, mf);
-    char *tools = msgs && tf ? read_text_file(a.cmd, tf) : NULL;
+    char *msgs = cli_read_file(a.cmd, mf);
+    char *tools = msgs && tf ? cli_read_file(a.cmd, tf) : NULL;
     if (!msgs || (tf && !tools)) {
         free(msgs);
         free(tools);

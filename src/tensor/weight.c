@@ -343,30 +343,7 @@ const char *weight_fmt_name(const weight *w, char *buf, size_t n) {
     return buf;
 }
 
-float *vec_load_f32(const checkpoint *c, const char *name, int64_t n) {
-    const st_tensor *t = ckpt_find(c, name);
-    if (!t) { err_set("%s: missing weight \"%s\"", c->dir, name); return NULL; }
-    if (t->ndim != 1 || t->shape[0] != n) {
-        char got[128];
-        shape_str(t, got, sizeof got);
-        err_set("%s: %s: want [%lld], got %s", ckpt_where(c, name), name, (long long)n, got);
-        return NULL;
-    }
-    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    if (!v) { err_set("out of memory loading %s", name); return NULL; }
-    for (int64_t i = 0; i < n; i++) {
-        switch (t->dtype) {
-        case ST_F32: v[i] = ((const float *)t->data)[i]; break;
-        case ST_BF16: v[i] = bf16_to_f32(((const uint16_t *)t->data)[i]); break;
-        case ST_F16: v[i] = f16_to_f32(((const uint16_t *)t->data)[i]); break;
-        default:
-            free(v);
-            err_set("%s: %s: dtype %s is not a float type", ckpt_where(c, name), name, st_dtype_name(t->dtype));
-            return NULL;
-        }
-    }
-    return v;
-}
+float *vec_load_f32(const checkpoint *c, const char *name, int64_t n) { return tensor_load_f32(c, name, 1, &n); }
 
 float *tensor_load_f32(const checkpoint *c, const char *name, int ndim, const int64_t *shape) {
     const st_tensor *t = ckpt_find(c, name);
