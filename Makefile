@@ -16,8 +16,8 @@ endif
 
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -pthread -Iinclude -Isrc $(SANFLAGS) $(EXTRA_CFLAGS)
 LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -pthread
-# Line editing in `celer run` (libedit) is opt-in until typed-ahead input survives its
-# terminal setup (tests/test_run_pty.c loses a Ctrl-D sent right after the prompt).
+# Line editing and history in `celer run` (Debian's libedit-dev); EDITLINE=0 builds without.
+EDITLINE ?= 1
 ifeq ($(EDITLINE),1)
 CFLAGS  += -DCELER_HAVE_EDITLINE
 LDLIBS  += -ledit

@@ -3,7 +3,9 @@
  * conversation with the tokenizer's chat template, keeps the longest prefix the
  * session already holds in its KV cache and feeds only the rest, then streams the
  * sampled answer. Ctrl-C stops an answer; /reset, /system TEXT, /stats, /quit.
- * -p TEXT answers once and exits without reading standard input. */
+ * -p TEXT answers once and exits without reading standard input. At a terminal,
+ * libedit gives line editing and history ($HOME/.celer_history) unless built with
+ * EDITLINE=0. */
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -17,7 +19,10 @@
 
 #include <jansson.h>
 #ifdef CELER_HAVE_EDITLINE
-#include <editline/readline.h>
+#include <histedit.h>
+#include <langinfo.h>
+#include <locale.h>
+#include <wchar.h>
 #endif
 
 #include "celer.h"
@@ -250,35 +255,132 @@ static int wait_input(void) {
     return r;
 }
 
+/* ---------------------------------------------------------------- line editing */
+
 #ifdef CELER_HAVE_EDITLINE
-/* libedit's character source: waits as wait_input does, so Ctrl-C at the prompt
- * ends the read (readline then returns NULL with interrupted set). */
-static int edit_getc(FILE *f) {
-    (void)f;
-    unsigned char ch;
-    if (wait_input()) return EOF;
-    return read(0, &ch, 1) == 1 ? ch : EOF;
+/* libedit's native API, set up once for the whole chat. Before each prompt the
+ * terminal is put in editing mode (EL_PREP_TERM) and only then does el_gets print
+ * the prompt. Left to itself el_gets prints the prompt first and leaves canonical
+ * mode a moment later (and readline(), libedit's compatibility layer, redoes the
+ * terminal setup on every call); a key typed in that gap went through the kernel's
+ * canonical line discipline, where Ctrl-D becomes an end-of-file mark that reads
+ * back as a NUL byte once the terminal is raw: typed-ahead Ctrl-D was lost. */
+typedef struct {
+    EditLine *el;
+    History *hist;
+    char path[PATH_MAX];      /* history file ($HOME/.celer_history), "" for none */
+} line_editor;
+
+static char *edit_prompt(EditLine *el) {
+    (void)el;
+    static char p[] = "> ";
+    return p;
 }
+
+/* libedit's character source: waits as wait_input does, so Ctrl-C at the prompt
+ * ends the read (el_gets then returns NULL with interrupted set); decodes the
+ * locale's multibyte characters (UTF-8). 1: a character, 0: end of input. */
+static int edit_getc(EditLine *el, wchar_t *wc) {
+    (void)el;
+    static mbstate_t mb;
+    for (;;) {
+        if (wait_input()) {
+            memset(&mb, 0, sizeof mb);
+            return 0;
+        }
+        char ch;
+        ssize_t r = read(0, &ch, 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return r == 0 ? 0 : -1;
+        size_t k = mbrtowc(wc, &ch, 1, &mb);
+        if (k == (size_t)-2) continue;  /* the middle of a character */
+        if (k == (size_t)-1) {          /* not the locale's encoding: dropped */
+            memset(&mb, 0, sizeof mb);
+            continue;
+        }
+        return 1;
+    }
+}
+
+/* Starts line editing when standard input and output are terminals: emacs keys,
+ * ~/.editrc, history loaded from $HOME/.celer_history (none when HOME is unset).
+ * 0 when not started (plain reads are used). */
+static int editor_init(line_editor *ed) {
+    memset(ed, 0, sizeof *ed);
+    if (!isatty(0) || !isatty(1)) return 0;
+    /* libedit converts lines with the C library's multibyte functions: a UTF-8
+     * locale for LC_CTYPE (the user's, else C.UTF-8) */
+    const char *loc = setlocale(LC_CTYPE, "");
+    if (!loc || strcmp(nl_langinfo(CODESET), "UTF-8") != 0)
+        if (!setlocale(LC_CTYPE, "C.UTF-8")) setlocale(LC_CTYPE, "C");
+    if (!(ed->el = el_init("celer", stdin, stdout, stderr))) return 0;
+    ed->hist = history_init();
+    HistEvent ev;
+    if (ed->hist) {
+        history(ed->hist, &ev, H_SETSIZE, 1000);
+        history(ed->hist, &ev, H_SETUNIQUE, 1);
+        el_set(ed->el, EL_HIST, history, ed->hist);
+        const char *home = getenv("HOME");
+        if (home && *home && (size_t)snprintf(ed->path, sizeof ed->path, "%s/.celer_history", home) < sizeof ed->path)
+            history(ed->hist, &ev, H_LOAD, ed->path);  /* a missing file is an empty history */
+        else
+            ed->path[0] = '\0';
+    }
+    el_set(ed->el, EL_EDITOR, "emacs");
+    el_set(ed->el, EL_SIGNAL, 0);  /* Ctrl-C is ours (on_sigint, wait_input) */
+    el_set(ed->el, EL_PROMPT, edit_prompt);
+    el_set(ed->el, EL_GETCFN, edit_getc);
+    el_set(ed->el, EL_BIND, "^R", "em-inc-search-prev", NULL);
+    el_source(ed->el, NULL);       /* the user's ~/.editrc, if any */
+    return 1;
+}
+
+static void editor_end(line_editor *ed) {
+    if (ed->el) el_end(ed->el);
+    if (ed->hist) history_end(ed->hist);
+    memset(ed, 0, sizeof *ed);
+}
+
+/* One line through libedit (see read_line). */
+static char *editor_read(line_editor *ed) {
+    el_set(ed->el, EL_PREP_TERM, 1);  /* editing mode before the prompt shows */
+    int n = 0;
+    const char *l = el_gets(ed->el, &n);
+    if (!l && interrupted) {          /* Ctrl-C at the prompt: a fresh one */
+        putchar('\n');
+        interrupted = 0;
+        return strdup("");
+    }
+    if (!l || n <= 0) {               /* Ctrl-D: leave on a line of our own */
+        putchar('\n');
+        fflush(stdout);
+        return NULL;
+    }
+    size_t len = strlen(l);
+    while (len && (l[len - 1] == '\n' || l[len - 1] == '\r')) len--;
+    char *line = strndup(l, len);
+    if (line && *line && ed->hist) {
+        HistEvent ev;
+        history(ed->hist, &ev, H_ENTER, line);
+        if (ed->path[0]) history(ed->hist, &ev, H_SAVE, ed->path);  /* each line, so a kill keeps it */
+    }
+    return line;
+}
+#else
+typedef struct {
+    void *el;
+} line_editor;
+static int editor_init(line_editor *ed) { ed->el = NULL; return 0; }
+static void editor_end(line_editor *ed) { (void)ed; }
+static char *editor_read(line_editor *ed) { (void)ed; return NULL; }
 #endif
 
 /* Reads one line (without its newline) into a malloc'd string; NULL at end of input.
  * Ctrl-C at the prompt gives an empty line. A Ctrl-C from the prompt on counts for
- * the answer that follows. */
-static char *read_line(int interactive) {
+ * the answer that follows. ed: line editing when started (editor_init). */
+static char *read_line(int interactive, line_editor *ed) {
     interrupted = 0;
-#ifdef CELER_HAVE_EDITLINE
-    if (interactive) {
-        rl_getc_function = edit_getc;
-        char *l = readline("> ");
-        if (!l && interrupted) {  /* Ctrl-C at the prompt: a fresh one */
-            putchar('\n');
-            interrupted = 0;
-            return strdup("");
-        }
-        if (l && *l) add_history(l);
-        return l;
-    }
-#endif
+    if (interactive && ed->el) return editor_read(ed);
     if (interactive) {
         fputs("> ", stdout);
         fflush(stdout);
@@ -342,7 +444,12 @@ static int handle_command(chat *c, const char *line) {
 
 int cmd_run(int argc, char **argv) {
     args a = {"run", "[MODEL_DIR] [-p TEXT] [--system TEXT] [-n N] [--temp F ...]",
-              "Chats with a model (the embedded default model when none is given).", opts,
+              "Chats with a model (the embedded default model when none is given). At a terminal: "
+#ifdef CELER_HAVE_EDITLINE
+              "line editing (emacs keys, ~/.editrc) and history kept in $HOME/.celer_history; "
+#endif
+              "/help lists the chat's commands.",
+              opts,
               (int)(sizeof opts / sizeof opts[0]), {0}};
     const char *pos_model = NULL;
     if (argc > 0 && argv[0][0] != '-') {  /* celer run DIR ... */
@@ -427,8 +534,10 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "celer: %s, %s, context %d; /help for commands, Ctrl-C stops an answer, /quit leaves\n",
                 c.info.model_type, c.info.format, c.ctx);
     status = 0;
+    line_editor ed;
+    editor_init(&ed);
     for (;;) {
-        char *line = read_line(interactive);
+        char *line = read_line(interactive, &ed);
         if (!line) break;
         int leave = 0;
         if (line[0] == '/') leave = handle_command(&c, line);
@@ -436,6 +545,7 @@ int cmd_run(int argc, char **argv) {
         free(line);
         if (leave) break;
     }
+    editor_end(&ed);
 done:
     json_decref(c.msgs);
     free(c.system);
