@@ -51,6 +51,53 @@ typedef struct {
 
 void celer_model_get_info(const celer_model *m, celer_model_info *info);
 
+/* A model family the loader reads. */
+typedef struct {
+    const char *name;                 /* the family description, e.g. "gemma3" */
+    const char *title;                /* the name its publisher uses, e.g. "Gemma 3" */
+    const char *const *model_types;   /* config.json model_type values it reads, NULL-terminated */
+} celer_family;
+
+/* The families celer_model_open accepts, in the order it tries them; *n gets their
+ * count. Static storage; never fails. */
+const celer_family *celer_families(int *n);
+
+#define CELER_MAX_DTYPES 8
+
+/* The checkpoint's tensors as stored (what mapping the weights takes). */
+typedef struct {
+    uint64_t file_bytes;       /* bytes of every tensor in every safetensors shard */
+    int64_t tensors;
+    int shards;
+    int n_dtypes;
+    struct {
+        const char *dtype;     /* safetensors dtype, e.g. "BF16", "U32" (packed MLX codes) */
+        uint64_t bytes;
+        int64_t tensors;
+    } dtypes[CELER_MAX_DTYPES]; /* [n_dtypes], most bytes first */
+} celer_weights_info;
+
+void celer_model_weights_info(const celer_model *m, celer_weights_info *out);
+
+/* The KV cache of a session with ctx tokens of context: keys and values (float32;
+ * the 4-byte position of each row is not counted), by cache kind as sessions choose
+ * it: a layer whose sliding window is shorter than the context gets a rotating cache
+ * that holds its last `window` rows (up to window - 1 + T while a prompt chunk of T
+ * tokens goes in); every other layer a dense one that holds every position. */
+typedef struct {
+    int ctx;                        /* the context it describes */
+    int dense_layers, rotating_layers;
+    int shared_layers;              /* layers that read another layer's cache (none of their own) */
+    int window;                     /* the largest window of the rotating layers (0: none) */
+    uint64_t dense_token_bytes;     /* bytes each token adds over the dense layers */
+    uint64_t rotating_token_bytes;  /* bytes each token adds over the rotating layers until their windows fill */
+    uint64_t dense_bytes;           /* the dense layers at ctx tokens: ctx * dense_token_bytes */
+    uint64_t rotating_bytes;        /* the rotating layers at ctx tokens: window rows each */
+} celer_kv_info;
+
+/* Fills out for a context of ctx tokens (<= 0: the model's max context). Never fails. */
+void celer_model_kv_info(const celer_model *m, int ctx, celer_kv_info *out);
+
 /* A session with room for ctx_size tokens of context (<= 0: the model's limit)
  * that feeds at most max_batch tokens per forward (longer inputs are split). */
 celer_session *celer_session_new(celer_model *m, int ctx_size, int max_batch);

@@ -4,7 +4,8 @@
  * leaving the chat alive, and /quit ending it with status 0. In a build with line
  * editing (CELER_HAVE_EDITLINE, the default): keys that edit the line, history
  * kept in $HOME/.celer_history across runs, none kept when HOME is unset, and
- * Ctrl-D typed the moment the prompt shows (it used to be lost now and then).
+ * Ctrl-D typed the moment the prompt shows (it used to be lost now and then);
+ * the status line while the model loads.
  * Every run has a HOME of its own. The binary is $CELER_BIN (tests/run.sh sets
  * it), else build/celer. */
 #include <errno.h>
@@ -81,8 +82,9 @@ static void say(term *t, const char *s) {
 /* A fresh HOME for the runs of this process (history files land there). */
 static char home[64];
 
-/* Starts `celer run` on the default model in a terminal; home_dir NULL: HOME unset. */
-static int start_in(term *t, const char *home_dir) {
+/* Starts `celer ARGS...` (argv[0] not included, NULL-terminated) in a terminal;
+ * home_dir NULL: HOME unset. */
+static int start_argv(term *t, const char *home_dir, char *const *args) {
     const char *bin = getenv("CELER_BIN");
     if (!bin || !*bin) bin = "build/celer";
     memset(t, 0, sizeof *t);
@@ -90,13 +92,24 @@ static int start_in(term *t, const char *home_dir) {
     t->pid = forkpty(&t->fd, NULL, NULL, &ws);
     if (t->pid < 0) return -1;
     if (t->pid == 0) {
+        char *argv[16];
+        int n = 0;
+        argv[n++] = (char *)bin;
+        for (; args[n - 1] && n < 15; n++) argv[n] = args[n - 1];
+        argv[n] = NULL;
         unsetenv("CELER_DEFAULT_MODEL");
         if (home_dir) setenv("HOME", home_dir, 1);
         else unsetenv("HOME");
-        execl(bin, bin, "run", "--temp", "0", "-t", "2", (char *)NULL);
+        execv(bin, argv);
         _exit(127);
     }
     return 0;
+}
+
+/* Starts `celer run` on the default model in a terminal; home_dir NULL: HOME unset. */
+static int start_in(term *t, const char *home_dir) {
+    char *args[] = {"run", "--temp", "0", "-t", "2", NULL};
+    return start_argv(t, home_dir, args);
 }
 
 static int start(term *t) { return start_in(t, home); }
@@ -190,6 +203,20 @@ static void ctrl_d_right_after_prompt(void) {
     }
 }
 
+/* On a terminal a status line shows while the model loads (what there is to map)
+ * and is erased before the answer; tests/cli_defaults.sh checks pipes get none. */
+static void loading_status_line(void) {
+    term t;
+    char *args[] = {"run", "-p", "In the beginning", "--temp", "0", "-t", "2", NULL};
+    CHECK(start_argv(&t, home, args) == 0, "forkpty: %s", strerror(errno));
+    if (t.pid <= 0) return;
+    CHECK(expect(&t, "celer run: loading ", 30) == 0, "no loading line; output: %s", t.buf);
+    CHECK(expect(&t, "default (4.0 MiB in 1 file) ...", 5) == 0, "loading line lacks the size; output: %s", t.buf);
+    CHECK(expect(&t, "\r\033[K", 30) == 0, "the loading line was not erased; output: %s", t.buf);
+    CHECK(expect(&t, "of the reign of Asa king of Judah", 30) == 0, "no answer after loading; output: %s", t.buf);
+    CHECK(finish(&t) == 0, "exit status of run -p");
+}
+
 #ifdef CELER_HAVE_EDITLINE
 static int file_has(const char *path, const char *want) {
     FILE *f = fopen(path, "r");
@@ -272,6 +299,7 @@ int main(void) {
     RUN(two_turns_reuse_cache);
     RUN(ctrl_c_keeps_the_chat);
     RUN(ctrl_d_right_after_prompt);
+    RUN(loading_status_line);
 #ifdef CELER_HAVE_EDITLINE
     RUN(line_editing_keys);
     RUN(history_across_runs);

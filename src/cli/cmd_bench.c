@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/load.h"
 
 static const opt_spec opts[] = {
     {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
@@ -74,7 +75,7 @@ static void model_label(const celer_model_info *in, char *buf, size_t n) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    args a = {"bench", "-m DIR [-p 512] [-n 128] [-r 5] [-t N] [-o md|json]",
+    args a = {"bench", "[-m DIR] [-p 512] [-n 128] [-r 5] [-t N] [-o md|json]",
               "Measures prefill (ppN) and decode (tgN) speed, llama-bench style, against the measured limits.",
               opts, 6, {0}};
     int rc = args_parse(&a, argc, argv);
@@ -89,8 +90,7 @@ int cmd_bench(int argc, char **argv) {
     if (!fmt) fmt = "md";
     if (strcmp(fmt, "md") != 0 && strcmp(fmt, "json") != 0) { args_usage_error(&a, "-o wants md or json, got '%s'", fmt); return 2; }
     int tty = cli_stderr_is_tty();
-    if (tty) fprintf(stderr, "bench: loading %s\n", dir);
-    celer_model *m = celer_model_open(dir, (int)threads);
+    celer_model *m = cli_model_open("bench", dir, (int)threads, 0);
     if (!m) { cli_error("bench", "%s", celer_last_error()); return 1; }
     celer_model_info in;
     celer_model_get_info(m, &in);

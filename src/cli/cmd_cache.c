@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/load.h"
 
 static const opt_spec opts[] = {
     {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
@@ -26,7 +27,7 @@ static const opt_spec opts[] = {
 };
 
 int cmd_cache(int argc, char **argv) {
-    args a = {"cache", "-m DIR [--load-cache F] [--tokens LIST | --tokens-file F] [-o OUT] [-n N] [--save-cache F]",
+    args a = {"cache", "[-m DIR] [--load-cache F] [--tokens LIST | --tokens-file F] [-o OUT] [-n N] [--save-cache F]",
               "Evaluates tokens in a session that starts from a cache file and/or ends by writing one.", opts, 10, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
@@ -44,7 +45,7 @@ int cmd_cache(int argc, char **argv) {
     int n = 0;
     int32_t *tok = NULL;
     if ((tl || tf) && !(tok = tl ? parse_token_list(tl, &n, "--tokens") : read_token_file(tf, &n))) return 1;
-    celer_model *m = celer_model_open(dir, (int)threads);
+    celer_model *m = cli_model_open("cache", dir, (int)threads, 0);
     if (!m) {
         cli_error("cache", "%s", celer_last_error());
         free(tok);

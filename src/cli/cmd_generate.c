@@ -15,6 +15,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/load.h"
 #include "cli/sampling.h"
 
 static const opt_spec opts[] = {
@@ -124,7 +125,7 @@ int cmd_generate(int argc, char **argv) {
     }
     sp.stop = stop;
     sp.n_stop = n_stop;
-    if (!(m = celer_model_open(dir, (int)threads))) {
+    if (!(m = cli_model_open("generate", dir, (int)threads, 0))) {
         cli_error("generate", "%s", celer_last_error());
         goto done;
     }

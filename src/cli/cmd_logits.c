@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/load.h"
 
 static const opt_spec opts[] = {
     {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
@@ -22,7 +23,7 @@ static const opt_spec opts[] = {
 };
 
 int cmd_logits(int argc, char **argv) {
-    args a = {"logits", "-m DIR (--tokens LIST | --tokens-file F) [--chunk N] -o OUT.safetensors",
+    args a = {"logits", "[-m DIR] (--tokens LIST | --tokens-file F) [--chunk N] -o OUT.safetensors",
               "Runs the tokens through the model and writes logits [T, vocab] (float32).", opts, 9, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
@@ -40,7 +41,7 @@ int cmd_logits(int argc, char **argv) {
     int n = 0;
     int32_t *tok = tl ? parse_token_list(tl, &n, "--tokens") : read_token_file(tf, &n);
     if (!tok) return 1;
-    celer_model *m = celer_model_open(dir, (int)threads);
+    celer_model *m = cli_model_open("logits", dir, (int)threads, 0);
     if (!m) {
         cli_error("logits", "%s", celer_last_error());
         free(tok);

@@ -30,6 +30,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/load.h"
 #include "cli/sampling.h"
 
 static const opt_spec opts[] = {
@@ -482,17 +483,14 @@ int cmd_run(int argc, char **argv) {
     }
     const char *prompt = args_get(&a, "--prompt"), *sys = args_get(&a, "--system");
     int status = 1;
-    int tty_err = cli_stderr_is_tty() && !c.quiet;
-    if (tty_err) fprintf(stderr, "celer: loading %s ...", dir);
     /* The model's worker threads start with SIGINT blocked, so Ctrl-C always
      * reaches this thread (and interrupts its wait at the prompt). */
     sigset_t intr;
     sigemptyset(&intr);
     sigaddset(&intr, SIGINT);
     pthread_sigmask(SIG_BLOCK, &intr, NULL);
-    c.m = celer_model_open(dir, (int)threads);
+    c.m = cli_model_open("run", dir, (int)threads, c.quiet);
     pthread_sigmask(SIG_UNBLOCK, &intr, NULL);
-    if (tty_err) fprintf(stderr, "\r\033[K");
     if (!c.m || !(c.tk = celer_tokenizer_open(dir))) {
         cli_error("run", "%s", celer_last_error());
         goto done;

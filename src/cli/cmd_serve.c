@@ -2,6 +2,7 @@
  * with llama-server's flags and their LLAMA_ARG_* environment variables. It binds
  * first (so /health answers 503 while the model loads), then loads, then waits for
  * SIGTERM or SIGINT, on which it drains in-flight requests and exits 0. */
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,10 +12,11 @@
 #include "celer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "server/server.h"
 
 static const opt_spec opts[] = {
-    {"--model", "-m", "DIR", "checkpoint directory (config.json + safetensors + tokenizer.json)"},
+    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
     {"--tokenizer", NULL, "PATH", "tokenizer directory or tokenizer.json (default: the model's)"},
     {"--alias", "-a", "NAME", "model id in /v1/models (default: the directory's name)"},
     {"--host", NULL, "ADDR", "address to listen on (default 127.0.0.1)"},
@@ -66,7 +68,7 @@ static void apply_env(args *a) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    args a = {"serve", "-m DIR [--host ADDR] [--port N] [-np N] [-c N] [--api-key KEY] [--metrics] ...",
+    args a = {"serve", "[-m DIR] [--host ADDR] [--port N] [-np N] [-c N] [--api-key KEY] [--metrics] ...",
               "Serves the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, "
               "/v1/models, /health, /metrics, /completion, /tokenize, /detokenize) until SIGTERM.",
               opts, (int)(sizeof opts / sizeof opts[0]), {0}};
@@ -81,11 +83,8 @@ int cmd_serve(int argc, char **argv) {
         args_int(&a, "--max-body", 8 << 20, 64, 1L << 32, &max_body))
         return 2;
     srv_config cfg = {0};
-    cfg.model_dir = args_get(&a, "--model");
-    if (!cfg.model_dir) {
-        args_usage_error(&a, "missing -m DIR");
-        return 2;
-    }
+    char defbuf[PATH_MAX + 64];
+    if (!(cfg.model_dir = cli_model_arg(&a, defbuf, sizeof defbuf))) return 2;
     cfg.tokenizer_dir = args_get(&a, "--tokenizer");
     cfg.alias = args_get(&a, "--alias");
     cfg.host = args_get(&a, "--host") ? args_get(&a, "--host") : "127.0.0.1";

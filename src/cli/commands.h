@@ -11,4 +11,6 @@ int cmd_detokenize(int argc, char **argv);
 int cmd_chat_template(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_arch(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
 #endif

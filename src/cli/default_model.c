@@ -40,6 +40,7 @@ const char *cli_model_arg(const args *a, char *buf, size_t n) {
     const char *dir = args_get(a, "--model");
     if (dir) return dir;
     if ((dir = cli_default_model(buf, n))) return dir;
-    args_usage_error(a, "missing -m DIR, and the default model (models/default, or $CELER_DEFAULT_MODEL) is not there");
+    args_usage_error(a, "missing -m DIR, and the default model (models/default) is not there: give -m DIR, or "
+                        "set CELER_DEFAULT_MODEL to a checkpoint directory");
     return NULL;
 }

@@ -19,6 +19,8 @@ static const struct {
     {"chat-template", cmd_chat_template, "render the tokenizer's chat template for a list of messages"},
     {"cache", cmd_cache, "evaluate tokens from and/or into a KV cache file (--load-cache, --save-cache)"},
     {"serve", cmd_serve, "serve the model over an OpenAI-compatible HTTP API (llama-server flags)"},
+    {"inspect", cmd_inspect, "parameters, weight bytes and formats, KV bytes per context, and whether it fits in memory"},
+    {"arch", cmd_arch, "list the model families (config.json model_type values) celer loads"},
 };
 
 static void usage(FILE *f) {

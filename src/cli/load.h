@@ -1,0 +1,24 @@
+/* cli/load.h: opening a model from the command line, with a status line while it
+ * loads when stderr is a terminal (nothing in pipes). */
+#ifndef CELER_CLI_LOAD_H
+#define CELER_CLI_LOAD_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "celer.h"
+
+/* celer_model_open(dir, n_threads), and while it runs, when stderr is a terminal and
+ * quiet is 0, one status line: "celer CMD: loading DIR (SIZE in N files) ... T s",
+ * its elapsed time updated twice a second, erased when the model is open. The
+ * weights are mapped, not read, so the line tells what there is to map and how long
+ * it takes, not a made-up percentage. NULL on error (celer_last_error() says why;
+ * nothing printed). */
+celer_model *cli_model_open(const char *cmd, const char *dir, int n_threads, int quiet);
+
+/* Bytes and count of the *.safetensors files in dir (0 and 0 when none or dir
+ * cannot be read). */
+uint64_t cli_safetensors_bytes(const char *dir, int *n_files);
+
+/* "4.2 MiB": bytes in B, KiB, MiB, GiB or TiB with one decimal (buf of n bytes). */
+const char *cli_fmt_bytes(uint64_t bytes, char *buf, size_t n);
+#endif
