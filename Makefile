@@ -15,7 +15,8 @@ SANFLAGS :=
 endif
 
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -pthread -Iinclude -Isrc $(SANFLAGS) $(EXTRA_CFLAGS)
-LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -pthread
+# -rdynamic: libceler-cuda.so, loaded with dlopen, uses the executable's err_* and weight helpers.
+LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -ldl -pthread -rdynamic
 # Line editing and history in `celer run` (Debian's libedit-dev); EDITLINE=0 builds without.
 EDITLINE ?= 1
 ifeq ($(EDITLINE),1)
@@ -94,10 +95,14 @@ fuzz:
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 
 # ---- CUDA (built where nvcc exists; `make test-cuda` runs on a machine with a GPU) ----
+# The CUDA backend is a shared library, libceler-cuda.so, next to the celer binary;
+# celer loads it with dlopen when asked for a GPU (or finds one), so the binary itself
+# needs no CUDA library to run.
 NVFLAGS := -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
-           -Iinclude -Isrc -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
+           -Iinclude -Isrc -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Werror all-warnings
 CUDA_SRC := $(sort $(wildcard src/backend/cuda/*.cu))
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(B)/obj/%.o)
+CUDA_C_OBJ := $(B)/obj/src/backend/cuda/backend_cuda.o
 # Static jansson/pcre2/utf8proc so the GPU machine, which lacks them, can run these binaries.
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++ \
                -Wl,-Bstatic -ljansson -lpcre2-8 -lutf8proc -Wl,-Bdynamic -lm -pthread
@@ -106,18 +111,28 @@ $(B)/obj/%.o: %.cu $(wildcard src/backend/cuda/*.cuh src/backend/cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
+$(CUDA_C_OBJ): src/backend/cuda/backend_cuda.c $(wildcard src/backend/cuda/*.h src/backend/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -I$(CUDA_HOME)/include -c $< -o $@
+
 $(B)/libceler_cuda.a: $(CUDA_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+# Symbols of libceler (err_*, the CPU router) come from the executable that loads it.
+$(B)/libceler-cuda.so: $(CUDA_OBJ) $(CUDA_C_OBJ)
+	$(CC) -shared -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++ -lm -pthread
 
 $(B)/tests/cuda/test_cuda_kernels: tests/cuda/test_cuda_kernels.c $(B)/libceler_cuda.a $(B)/libceler.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests -o $@ $< $(B)/libceler_cuda.a $(B)/libceler.a $(CUDA_LDLIBS)
 
-cuda: $(B)/tests/cuda/test_cuda_kernels
+cuda: $(B)/tests/cuda/test_cuda_kernels $(B)/libceler-cuda.so
 
-# On the GPU machine: kernel tests, then the kernel benchmark.
-test-cuda: cuda
-	$(B)/tests/cuda/test_cuda_kernels --bench
+# On the GPU machine: kernel tests, every model fixture on the GPU, then the kernel benchmark.
+test-cuda: cuda tests
+	$(B)/tests/cuda/test_cuda_kernels
+	CELER_DEVICE=cuda $(B)/tests/test_fixtures_models
+	$(B)/tests/cuda/test_cuda_kernels --bench-only
 
 .PHONY: cuda test-cuda

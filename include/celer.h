@@ -35,6 +35,10 @@ const char *celer_last_error(void);
 /* Opens a checkpoint directory with n_threads CPU threads (<= 0: all cores).
  * Weights are mapped, not copied. NULL on error. */
 celer_model *celer_model_open(const char *dir, int n_threads);
+/* The same on a named device: "cpu", "cuda", "cuda:N", or NULL/"auto" (what
+ * celer_model_open does: $CELER_DEVICE when set, else a GPU when one is present and
+ * libceler-cuda.so loads, else the CPU). */
+celer_model *celer_model_open_on(const char *dir, int n_threads, const char *device);
 void celer_model_free(celer_model *m);
 
 typedef struct {

@@ -5,6 +5,8 @@ set -u
 B=${1:-build}
 cd "$(dirname "$0")/.."
 export CELER_BIN="$B/celer"
+# the CPU suite (its tolerances are the CPU's); `make test-cuda` runs the GPU's
+export CELER_DEVICE=cpu
 pass=0; fail=0
 run_one() {
   local name=$1; shift

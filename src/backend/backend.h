@@ -1,5 +1,7 @@
 /* backend/backend.h: the one table of operations a layer plan needs. A backend owns
- * its threads and scratch; activations are float32 in buffers the caller provides.
+ * its threads and scratch; activations are float32 in buffers the caller allocates
+ * through the backend (alloc), so a device backend keeps them in device memory.
+ * Weights are bound on the host and handed to the backend once (upload_weight).
  * The CPU backend is the reference; others must agree with it on every fixture. */
 #ifndef CELER_BACKEND_H
 #define CELER_BACKEND_H
@@ -63,6 +65,25 @@ typedef struct backend backend;
 
 typedef struct {
     const char *name;
+    int on_device;       /* buffers live in device memory: the host must not dereference them */
+    /* ---- memory: every activation, cache row and uploaded vector ---------------- */
+    void *(*alloc)(backend *b, size_t bytes);      /* zeroed; NULL with a message */
+    void (*release)(backend *b, void *p);          /* NULL ok */
+    void (*copy)(backend *b, void *dst, const void *src, size_t bytes);      /* both backend memory */
+    void (*upload)(backend *b, void *dst, const void *host, size_t bytes);   /* host -> backend */
+    void (*download)(backend *b, void *host, const void *src, size_t bytes); /* backend -> host (waits) */
+    /* Makes w usable by this backend: a device copy in a format its kernels read.
+     * transposed: w is bound input-major (moe_experts.in_major); a backend that
+     * cannot multiply that way stores the transpose and swaps rows and cols, and
+     * returns 1 so the caller clears in_major. The CPU backend uses the mapping as
+     * it is and returns 0; -1 with a message on failure. */
+    int (*upload_weight)(backend *b, weight *w, int transposed);
+    void (*release_weight)(backend *b, weight *w);
+    void (*destroy)(backend *b);
+    /* 0, or -1 with the message of the first op that failed since the last call
+     * (ops return nothing; a device backend records its failures here). */
+    int (*status)(backend *b);
+    /* ---- arithmetic ------------------------------------------------------------- */
     /* W [rows, cols] @ x [T, cols] -> y [T, rows] */
     void (*matmul)(backend *b, const weight *w, const float *x, float *y, int T);
     /* y [T, n] = x * rsqrt(mean(x^2) + eps) * (w or 1 + w or 1 when w is NULL); y may be x */
@@ -97,10 +118,20 @@ typedef struct {
 struct backend {
     const backend_ops *ops;
     void *impl;
+    int threads;         /* host threads (CPU) or 0 */
+    int device_id;       /* GPU ordinal, or -1 */
 };
 
 /* CPU backend with n_threads (<= 0: all cores). max_cols bounds the widest weight row. */
 backend *backend_cpu_new(int n_threads, int64_t max_cols);
+/* The backend a device string names: "cpu", "cuda" or "cuda:N" (the CUDA backend,
+ * loaded from libceler-cuda.so), or NULL/"auto": $CELER_DEVICE when set, else CUDA
+ * when a GPU and the library are present, else the CPU. NULL with a message. */
+backend *backend_open(const char *device, int n_threads, int64_t max_cols);
 void backend_free(backend *b);
 int backend_threads(const backend *b);
+
+/* What libceler-cuda.so exports (resolved with dlsym). */
+typedef backend *(*backend_cuda_new_fn)(int device_id, int64_t max_cols);
+#define BACKEND_CUDA_ENTRY "celer_backend_cuda_new"
 #endif

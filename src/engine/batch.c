@@ -40,7 +40,7 @@ static int run_group(celer_session *const *ss, const int32_t *const *tok, const 
         memcpy(s->tokens + s->pos, tok[i], (size_t)nt[i] * sizeof *tok[i]);
         s->pos += nt[i];
         s->has_logits = seqs[i].want_logits;
-        if (s->has_logits) memcpy(s->last, scr->logits + (size_t)row++ * V, (size_t)V * sizeof(float));
+        if (s->has_logits) model_logits_read(scr, row++, 1, V, s->last);
     }
     return 0;
 }

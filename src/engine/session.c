@@ -16,11 +16,13 @@
 
 const char *celer_last_error(void) { return err_msg(); }
 
-celer_model *celer_model_open(const char *dir, int n_threads) {
+celer_model *celer_model_open(const char *dir, int n_threads) { return celer_model_open_on(dir, n_threads, NULL); }
+
+celer_model *celer_model_open_on(const char *dir, int n_threads, const char *device) {
     err_clear();
     celer_model *cm = mem_calloc(1, sizeof *cm, "model");
     if (!cm) return NULL;
-    if (!(cm->m = model_open(dir, n_threads))) {
+    if (!(cm->m = model_open(dir, n_threads, device))) {
         free(cm);
         return NULL;
     }
@@ -54,8 +56,10 @@ void celer_model_get_info(const celer_model *cm, celer_model_info *info) {
 
 kv_cache *engine_layer_cache(const model *m, int l, int ctx, int max_T) {
     const layer_plan *p = &m->plan[l];
-    if (p->window > 0 && p->window < ctx) return kv_rotating_new(p->n_kv, p->head_dim, p->window, 0, ctx, max_T);
-    return kv_dense_new(p->n_kv, p->head_dim, ctx, max_T);
+    kv_cache *c = p->window > 0 && p->window < ctx ? kv_rotating_new(p->n_kv, p->head_dim, p->window, 0, ctx, max_T)
+                                                   : kv_dense_new(p->n_kv, p->head_dim, ctx, max_T);
+    if (c && m->be->ops->on_device) c->dev = m->be;
+    return c;
 }
 
 celer_session *celer_session_new(celer_model *cm, int ctx_size, int max_batch) {
@@ -133,11 +137,11 @@ int celer_session_eval(celer_session *s, const int32_t *tok, int n, float *logit
         }
         memcpy(s->tokens + s->pos, tok + i, (size_t)T * sizeof *tok);
         s->pos += T;
-        if (want_all) memcpy(logits + (size_t)i * V, s->scratch->logits, (size_t)T * V * sizeof(float));
+        if (want_all) model_logits_read(s->scratch, 0, T, V, logits + (size_t)i * V);
         if (last_chunk) {
-            const float *lr = s->scratch->logits + (want_all ? (size_t)(T - 1) * V : 0);
-            memcpy(s->last, lr, (size_t)V * sizeof(float));
-            if (logits && !all_rows) memcpy(logits, lr, (size_t)V * sizeof(float));
+            if (want_all) memcpy(s->last, logits + (size_t)(i + T - 1) * V, (size_t)V * sizeof(float));
+            else model_logits_read(s->scratch, 0, 1, V, s->last);
+            if (logits && !all_rows) memcpy(logits, s->last, (size_t)V * sizeof(float));
         }
     }
     s->has_logits = 1;

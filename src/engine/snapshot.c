@@ -123,27 +123,8 @@ int celer_session_restore(celer_session *s, const celer_snapshot *snap) {
 
 /* ---- model identity ----------------------------------------------------------- */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-uint64_t engine_model_fingerprint(const model *m) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    const model_config *c = &m->cfg;
-    int shape[] = {c->vocab, c->hidden, c->n_layers};
-    h = fnv(h, m->model_type, strlen(m->model_type));
-    h = fnv(h, shape, sizeof shape);
-    for (int l = 0; l < c->n_layers; l++) {
-        int p[] = {m->plan[l].n_kv, m->plan[l].head_dim, m->plan[l].window};
-        h = fnv(h, p, sizeof p);
-    }
-    /* a few kilobytes of weights tell two checkpoints of one shape apart */
-    if (m->embed.data) h = fnv(h, m->embed.data, m->embed.nbytes < 4096 ? m->embed.nbytes : 4096);
-    if (m->final_norm) h = fnv(h, m->final_norm, (size_t)c->hidden * sizeof(float));
-    return h;
-}
+/* computed when the model is bound (model.c), before weights move to a device */
+uint64_t engine_model_fingerprint(const model *m) { return m->fingerprint; }
 
 /* ---- writing ------------------------------------------------------------------ */
 
@@ -178,7 +159,9 @@ static int write_snapshots(const celer_model *cm, const celer_snapshot *const *s
     st_out *ts = mem_calloc((size_t)(n ? n : 1) * (size_t)per, sizeof *ts, "cache file tensors");
     char *names = mem_calloc((size_t)(n ? n : 1) * (size_t)per, 32, "cache file names");
     char *text = NULL, *meta_text = NULL, tmp[4096];
-    if (!ts || !names) goto done;
+    float **held = mem_calloc((size_t)(n ? n : 1) * (size_t)L * 2, sizeof *held, "cache file rows");
+    int n_held = 0;
+    if (!ts || !names || !held) goto done;
     for (int e = 0; e < n; e++) {
         const celer_snapshot *sn = snaps[e];
         json_array_append_new(entries, json_pack("{s:i, s:b}", "tokens", sn->pos, "logits", sn->logits != NULL));
@@ -203,6 +186,15 @@ static int write_snapshots(const celer_model *cm, const celer_snapshot *const *s
             const kv_cache *c = sn->caches[l];
             attn_kv view;
             kv_view(c, &view);
+            float *hk, *hv; /* a device cache's rows, copied to the host for writing */
+            if (kv_rows_to_host(c, &hk, &hv) != 0) goto done;
+            if (hk) {
+                held[n_held++] = hk;
+                held[n_held++] = hv;
+                view.k = hk;
+                view.v = hv;
+                view.pos = c->buf->pos;
+            }
             static const float none_f[1];
             static const int32_t none_i[1];
             if (!view.k) { /* no rows (never written): st_write wants a pointer all the same */
@@ -237,6 +229,8 @@ done:
     free(meta_text);
     free(ts);
     free(names);
+    for (int i = 0; i < n_held; i++) free(held[i]);
+    free(held);
     return rc;
 }
 
@@ -374,6 +368,7 @@ static celer_snapshot *read_entry(const celer_model *cm, const st_file *f, const
         snap->caches[l] = rotating ? kv_rotating_new(p->n_kv, p->head_dim, p->window, 0, ctx, max_T)
                                    : kv_dense_new(p->n_kv, p->head_dim, ctx, max_T);
         if (!snap->caches[l]) goto fail;
+        if (m->be->ops->on_device) snap->caches[l]->dev = m->be;
         const st_tensor *k, *v, *ps;
         int64_t sh[3] = {-1, p->n_kv, p->head_dim};
         snprintf(name, sizeof name, "e%d.l%d.k", e, l);

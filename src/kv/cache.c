@@ -70,8 +70,14 @@ static void *reserve_range(size_t bytes) {
 }
 
 static void buf_unmap(kv_buf *b) {
-    if (b->k) munmap(b->k, page_round((size_t)b->reserve * (size_t)b->row * sizeof(float)));
-    if (b->v) munmap(b->v, page_round((size_t)b->reserve * (size_t)b->row * sizeof(float)));
+    if (b->dev) {
+        b->dev->ops->release(b->dev, b->k);
+        b->dev->ops->release(b->dev, b->v);
+        b->dev->ops->release(b->dev, b->dpos);
+    } else {
+        if (b->k) munmap(b->k, page_round((size_t)b->reserve * (size_t)b->row * sizeof(float)));
+        if (b->v) munmap(b->v, page_round((size_t)b->reserve * (size_t)b->row * sizeof(float)));
+    }
     if (b->pos) munmap(b->pos, page_round((size_t)b->reserve * sizeof(int32_t)));
 }
 
@@ -81,18 +87,31 @@ static void buf_destroy(kv_buf *b) {
     free(b);
 }
 
-/* A buffer with address space for `reserve` rows, nothing committed, one holder. */
-static kv_buf *buf_new(long row, int reserve) {
+/* A buffer with address space for `reserve` rows, nothing committed, one holder
+ * (device rows: allocated whole, see kv/cache.h). */
+static kv_buf *buf_new(backend *dev, long row, int reserve) {
     kv_buf *b = calloc(1, sizeof *b);
     if (!b) { err_set("kv cache: out of memory creating a buffer"); return NULL; }
     b->row = row;
     b->reserve = reserve;
+    b->dev = dev;
     atomic_init(&b->refs, 1);
     atomic_init(&b->hw, 0);
     atomic_init(&b->cap, 0);
     size_t fb = (size_t)reserve * (size_t)row * sizeof(float);
-    b->k = reserve_range(fb);
-    b->v = reserve_range(fb);
+    if (dev) {
+        b->k = dev->ops->alloc(dev, fb);
+        b->v = b->k ? dev->ops->alloc(dev, fb) : NULL;
+        b->dpos = b->v ? dev->ops->alloc(dev, (size_t)reserve * sizeof(int32_t)) : NULL;
+        if (!b->dpos) {
+            err_prefix("kv cache: %d rows of %ld floats on %s", reserve, row, dev->ops->name);
+            buf_destroy(b);
+            return NULL;
+        }
+    } else {
+        b->k = reserve_range(fb);
+        b->v = reserve_range(fb);
+    }
     b->pos = reserve_range((size_t)reserve * sizeof(int32_t));
     if (!b->k || !b->v || !b->pos) {
         err_set("kv cache: cannot reserve address space for %d rows of %ld floats", reserve, row);
@@ -109,8 +128,8 @@ static int buf_commit(kv_cache *c, kv_buf *b, int top) {
     int want = (top + KV_STEP - 1) / KV_STEP * KV_STEP;
     if (want > b->reserve) want = b->reserve;
     size_t fb = (size_t)want * (size_t)b->row * sizeof(float);
-    if (mprotect(b->k, page_round(fb), PROT_READ | PROT_WRITE) != 0 ||
-        mprotect(b->v, page_round(fb), PROT_READ | PROT_WRITE) != 0 ||
+    if ((!b->dev && (mprotect(b->k, page_round(fb), PROT_READ | PROT_WRITE) != 0 ||
+                     mprotect(b->v, page_round(fb), PROT_READ | PROT_WRITE) != 0)) ||
         mprotect(b->pos, page_round((size_t)want * sizeof(int32_t)), PROT_READ | PROT_WRITE) != 0)
         return err_set("kv cache: out of memory committing %d rows", want);
     atomic_store(&b->cap, want);
@@ -139,6 +158,36 @@ static int reserve_rows(const kv_cache *c, int top) {
     return r;
 }
 
+/* Slots [d, d + n) of dst <- slots [s, s + n) of src (same row width and memory). */
+static void copy_rows(kv_buf *dst, int d, const kv_buf *src, int s, int n) {
+    size_t fb = (size_t)n * (size_t)dst->row * sizeof(float);
+    long od = (long)d * dst->row, os = (long)s * src->row;
+    memmove(dst->pos + d, src->pos + s, (size_t)n * sizeof(int32_t));
+    if (dst->dev) {
+        backend *b = dst->dev;
+        b->ops->copy(b, dst->k + od, src->k + os, fb);
+        b->ops->copy(b, dst->v + od, src->v + os, fb);
+        b->ops->copy(b, dst->dpos + d, src->dpos + s, (size_t)n * sizeof(int32_t));
+    } else {
+        memmove(dst->k + od, src->k + os, fb);
+        memmove(dst->v + od, src->v + os, fb);
+    }
+}
+
+/* Slots [s, s + n) of b <- rows k, v [n, row] (memory of b's kind) at positions pos [n] (host). */
+static void put_rows(kv_buf *b, int s, const float *k, const float *v, const int32_t *pos, int n) {
+    size_t fb = (size_t)n * (size_t)b->row * sizeof(float);
+    memcpy(b->pos + s, pos, (size_t)n * sizeof(int32_t));
+    if (b->dev) {
+        b->dev->ops->copy(b->dev, b->k + (long)s * b->row, k, fb);
+        b->dev->ops->copy(b->dev, b->v + (long)s * b->row, v, fb);
+        b->dev->ops->upload(b->dev, b->dpos + s, pos, (size_t)n * sizeof(int32_t));
+    } else {
+        memcpy(b->k + (long)s * b->row, k, fb);
+        memcpy(b->v + (long)s * b->row, v, fb);
+    }
+}
+
 /* Copy-on-write: gives c a buffer it alone holds with its view's slots [0, n) in the
  * same order, room for `top` slots, and drops its reference to the old one. */
 static int cow(kv_cache *c, int top) {
@@ -148,7 +197,7 @@ static int cow(kv_cache *c, int top) {
         nb = c->spare;
         c->spare = NULL;
     } else {
-        if (!(nb = buf_new(c->row, reserve))) return -1;
+        if (!(nb = buf_new(c->dev, c->row, reserve))) return -1;
         count(c, 0, 0, 0, 1);
     }
     if (buf_commit(c, nb, top) != 0) {
@@ -157,10 +206,7 @@ static int cow(kv_cache *c, int top) {
         return -1;
     }
     if (c->buf && c->n > 0) {
-        size_t fb = (size_t)c->n * (size_t)c->row * sizeof(float);
-        memcpy(nb->k, c->buf->k, fb);
-        memcpy(nb->v, c->buf->v, fb);
-        memcpy(nb->pos, c->buf->pos, (size_t)c->n * sizeof(int32_t));
+        copy_rows(nb, 0, c->buf, 0, c->n);
         count(c, 0, (uint64_t)c->n * row_bytes(c->row), 1, 0);
     }
     atomic_store(&nb->hw, c->n);
@@ -277,7 +323,7 @@ static int prepare(kv_cache *c, int32_t p0, int T, int *copied) {
     int nd = count_dead(c, drop_below(c, p0), INT32_MAX);
     int new_n = c->n + T - nd, top = new_n > c->n ? new_n : c->n;
     if (!c->buf) {
-        if (!(c->buf = buf_new(c->row, reserve_rows(c, top)))) return -1;
+        if (!(c->buf = buf_new(c->dev, c->row, reserve_rows(c, top)))) return -1;
         count(c, 0, 0, 0, 1);
         if (buf_commit(c, c->buf, top) != 0) {
             buf_release(NULL, c->buf);
@@ -307,25 +353,15 @@ int kv_prepare(kv_cache *c, int32_t p0, int T) {
 /* Closes holes: moves live rows from slots >= new_n into dead slots below new_n. */
 static void compact(kv_cache *c, int32_t lo, int32_t hi, int new_n) {
     kv_buf *b = c->buf;
-    size_t rb = (size_t)c->row * sizeof(float);
     int src = c->n - 1, moved = 0;
     for (int h = 0; h < new_n; h++) {
         if (!dead(c, h, lo, hi)) continue;
         while (src >= new_n && dead(c, src, lo, hi)) src--;
-        memcpy(b->k + (long)h * c->row, b->k + (long)src * c->row, rb);
-        memcpy(b->v + (long)h * c->row, b->v + (long)src * c->row, rb);
-        b->pos[h] = b->pos[src];
+        copy_rows(b, h, b, src, 1);
         src--;
         moved++;
     }
     if (moved) count(c, 0, (uint64_t)moved * row_bytes(c->row), 0, 0);
-}
-
-static void put_row(kv_cache *c, int s, const float *k, const float *v, int32_t pos) {
-    size_t rb = (size_t)c->row * sizeof(float);
-    memcpy(c->buf->k + (long)s * c->row, k, rb);
-    memcpy(c->buf->v + (long)s * c->row, v, rb);
-    c->buf->pos[s] = pos;
 }
 
 int kv_append(kv_cache *c, const float *k, const float *v, const int32_t *pos, int T) {
@@ -341,10 +377,10 @@ int kv_append(kv_cache *c, const float *k, const float *v, const int32_t *pos, i
      * masks by position), then past the end */
     for (int s = c->keep; s < n0 && i < T && nd > 0; s++)
         if (dead(c, s, lo, INT32_MAX)) {
-            put_row(c, s, k + (long)i * c->row, v + (long)i * c->row, pos[i]);
+            put_rows(c->buf, s, k + (long)i * c->row, v + (long)i * c->row, pos + i, 1);
             i++;
         }
-    for (int s = n0; i < T; s++, i++) put_row(c, s, k + (long)i * c->row, v + (long)i * c->row, pos[i]);
+    if (i < T) put_rows(c->buf, n0, k + (long)i * c->row, v + (long)i * c->row, pos + i, T - i);
     int new_n = n0 + T - nd;
     if (nd > T) compact(c, lo, INT32_MAX, new_n); /* more rows dropped than written: close the holes */
     c->n = new_n;
@@ -363,17 +399,24 @@ int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos,
     if (c->n != 0 || c->buf) return err_set("kv cache: set_rows on a cache that is not empty");
     if (n < 0) return err_set("kv cache: %d rows", n);
     if (n == 0) return 0;
-    if (!(c->buf = buf_new(c->row, reserve_rows(c, n)))) return -1;
+    if (!(c->buf = buf_new(c->dev, c->row, reserve_rows(c, n)))) return -1;
     count(c, 0, 0, 0, 1);
     if (buf_commit(c, c->buf, n) != 0) {
         buf_release(NULL, c->buf);
         c->buf = NULL;
         return -1;
     }
+    kv_buf *b = c->buf;
     size_t fb = (size_t)n * (size_t)c->row * sizeof(float);
-    memcpy(c->buf->k, k, fb);
-    memcpy(c->buf->v, v, fb);
-    memcpy(c->buf->pos, pos, (size_t)n * sizeof(int32_t));
+    memcpy(b->pos, pos, (size_t)n * sizeof(int32_t));
+    if (b->dev) {
+        b->dev->ops->upload(b->dev, b->k, k, fb);
+        b->dev->ops->upload(b->dev, b->v, v, fb);
+        b->dev->ops->upload(b->dev, b->dpos, pos, (size_t)n * sizeof(int32_t));
+    } else {
+        memcpy(b->k, k, fb);
+        memcpy(b->v, v, fb);
+    }
     atomic_store(&c->buf->hw, n);
     c->n = n;
     return 0;
@@ -382,9 +425,25 @@ int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos,
 void kv_view(const kv_cache *c, attn_kv *out) {
     out->k = c->buf ? c->buf->k : NULL;
     out->v = c->buf ? c->buf->v : NULL;
-    out->pos = c->buf ? c->buf->pos : NULL;
+    out->pos = c->buf ? (c->buf->dev ? c->buf->dpos : c->buf->pos) : NULL;
     out->n = c->n;
     out->row_stride = c->row;
+}
+
+int kv_rows_to_host(const kv_cache *c, float **k, float **v) {
+    *k = *v = NULL;
+    if (!c->buf || !c->buf->dev) return 0;
+    size_t fb = (size_t)c->n * (size_t)c->row * sizeof(float);
+    *k = malloc(fb ? fb : 1);
+    *v = malloc(fb ? fb : 1);
+    if (!*k || !*v) {
+        free(*k); free(*v);
+        *k = *v = NULL;
+        return err_set("kv cache: out of memory copying %zu bytes of rows to the host", 2 * fb);
+    }
+    c->buf->dev->ops->download(c->buf->dev, *k, c->buf->k, fb);
+    c->buf->dev->ops->download(c->buf->dev, *v, c->buf->v, fb);
+    return 0;
 }
 
 /* ---- truncate ----------------------------------------------------------------- */
@@ -460,7 +519,7 @@ int kv_adopt(kv_cache *c, kv_kind kind, int window, int keep, int max, int max_T
 
 size_t kv_trim(kv_cache *c) {
     kv_buf *b = c->buf;
-    if (!b || atomic_load(&b->refs) != 1) return 0;
+    if (!b || b->dev || atomic_load(&b->refs) != 1) return 0; /* device rows are allocated whole */
     int cap = atomic_load(&b->cap), want = (c->n + KV_STEP - 1) / KV_STEP * KV_STEP;
     if (want >= cap) return 0;
     size_t fb_keep = page_round((size_t)want * (size_t)b->row * sizeof(float));

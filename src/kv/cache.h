@@ -23,7 +23,10 @@
  *
  * Buffers reserve address space for every row they may ever hold and commit it in
  * KV_STEP-row steps, so growth never moves rows and pointers stay valid for other
- * holders. Reference counts and hw are atomic: snapshots may be shared across
+ * holders. A cache whose `dev` names a device backend keeps its rows in that
+ * device's memory, allocated whole for the reservation when the buffer is made
+ * (device address-space reservation is an open problem, docs/cuda-backend.md), and
+ * the positions on the host with a device mirror; every rule above is unchanged. Reference counts and hw are atomic: snapshots may be shared across
  * threads; a single cache is used by one thread at a time. */
 #ifndef CELER_KV_CACHE_H
 #define CELER_KV_CACHE_H
@@ -55,7 +58,9 @@ typedef struct {
     long row;                /* floats per row: n_kv * head_dim */
     float *k;                /* [reserve, n_kv, head_dim], first cap rows usable */
     float *v;                /* [reserve, n_kv, head_dim] */
-    int32_t *pos;            /* [reserve] absolute position of each slot's row */
+    int32_t *pos;            /* [reserve] absolute position of each slot's row (host) */
+    backend *dev;            /* NULL: k and v are host memory; else that device's memory */
+    int32_t *dpos;           /* dev: [reserve] device mirror of pos, what attention reads */
 } kv_buf;
 
 typedef struct {
@@ -75,6 +80,7 @@ typedef struct {
     kv_buf *buf;     /* shared by reference; NULL until the first write */
     kv_buf *spare;   /* a buffer this cache alone holds, recycled by the copy path */
     kv_stats *stats; /* borrowed; may be NULL */
+    backend *dev;    /* borrowed: a device backend whose memory holds the rows, or NULL */
 } kv_cache;
 
 /* A dense cache for up to max rows (positions absolute, rows in write order). Takes
@@ -106,11 +112,16 @@ int kv_prepare(kv_cache *c, int32_t p0, int T);
  * query can see. -1 on error (see kv_prepare), leaving the cache unchanged. */
 int kv_append(kv_cache *c, const float *k, const float *v, const int32_t *pos, int T);
 /* Fills an empty cache with n rows in the given slot order (k, v: [n, n_kv,
- * head_dim], pos [n]), as a cache file stores them; check kv_sane afterwards.
+ * head_dim] host memory, pos [n]), as a cache file stores them; check kv_sane afterwards.
  * -1 when c is not empty or memory runs out. */
 int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos, int n);
-/* What attention reads: slots [0, n) and their positions, in place. */
+/* What attention reads: slots [0, n) and their positions, in place (device
+ * pointers for a device cache). */
 void kv_view(const kv_cache *c, attn_kv *out);
+/* Host copies of the view's keys and values ([n, n_kv, head_dim] each, caller frees
+ * both) for a device cache; *k = *v = NULL for a host cache (read kv_view instead).
+ * -1 on out of memory. */
+int kv_rows_to_host(const kv_cache *c, float **k, float **v);
 
 /* 0 when the cache can go back to holding positions [0, p) exactly as if only
  * those had been written (the rows a query at p needs are all still here); -1 with

@@ -26,9 +26,14 @@ model_scratch *model_scratch_new(const model *m, int max_T) {
     model_scratch *s = mem_calloc(1, sizeof *s, "scratch");
     if (!s) return NULL;
     s->max_T = max_T;
+    s->be = m->be;
     size_t T = (size_t)max_T, f = sizeof(float), H = (size_t)c->hidden;
+    if (!(s->pos_host = mem_calloc(T, sizeof(int32_t), "positions"))) {
+        free(s);
+        return NULL;
+    }
     /* buffers a plan does not use stay NULL (a 0-byte request is skipped) */
-#define ALLOC(ptr, n, what) ((n) == 0 || ((ptr) = mem_aligned((n), what)) != NULL)
+#define ALLOC(ptr, n, what) ((n) == 0 || ((ptr) = m->be->ops->alloc(m->be, (n))) != NULL)
     if (!ALLOC(s->x, T * H * f, "activations") || !ALLOC(s->xn, T * H * f, "activations") ||
         !ALLOC(s->q, T * (size_t)qd * f, "activations") || !ALLOC(s->k, T * (size_t)kd * f, "activations") ||
         !ALLOC(s->v, T * (size_t)kd * f, "activations") || !ALLOC(s->att, T * (size_t)qd * f, "activations") ||
@@ -49,11 +54,15 @@ model_scratch *model_scratch_new(const model *m, int max_T) {
 
 void model_scratch_free(model_scratch *s) {
     if (!s) return;
-    free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att);
-    free(s->gate); free(s->up); free(s->ffn); free(s->xn2); free(s->router); free(s->sel); free(s->selw);
-    free(s->moe_work); free(s->ple); free(s->ple_tok); free(s->pg);
-    free(s->logits); free(s->pos);
+    void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->gate, s->up, s->ffn, s->xn2, s->router, s->sel,
+                    s->selw, s->moe_work, s->ple, s->ple_tok, s->pg, s->logits, s->pos};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) s->be->ops->release(s->be, bufs[i]);
+    free(s->pos_host);
     free(s);
+}
+
+void model_logits_read(const model_scratch *s, int row, int n_rows, int vocab, float *dst) {
+    s->be->ops->download(s->be, dst, s->logits + (size_t)row * (size_t)vocab, (size_t)n_rows * (size_t)vocab * sizeof(float));
 }
 
 /* y [T, n] += bias [n] for every row */
@@ -108,7 +117,7 @@ static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scra
         op->matmul(b, &w->wk, h, s->k, T);
         add_bias(b, s->k, w->bk, T, kd);
         if (p->k_eq_v) {
-            memcpy(s->v, s->k, (size_t)T * (size_t)kd * sizeof(float)); /* V is k_proj's output before k_norm */
+            op->copy(b, s->v, s->k, (size_t)T * (size_t)kd * sizeof(float)); /* V is k_proj's output before k_norm */
         } else {
             op->matmul(b, &w->wv, h, s->v, T);
             add_bias(b, s->v, w->bv, T, kd);
@@ -121,7 +130,7 @@ static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scra
     attn_params ap = {p->n_heads, p->n_kv, p->head_dim, p->attn_scale, p->window, p->attn_softcap, w->sinks};
     for (int i = 0, r = 0; i < n_seqs; r += seqs[i++].T) {
         const int Ti = seqs[i].T;
-        if (src == l && kv_append(seqs[i].caches[l], s->k + r * kd, s->v + r * kd, s->pos + r, Ti) != 0) return -1;
+        if (src == l && kv_append(seqs[i].caches[l], s->k + r * kd, s->v + r * kd, s->pos_host + r, Ti) != 0) return -1;
         attn_kv kv;
         kv_view(seqs[i].caches[src], &kv);
         op->attention(b, s->q + r * qd, s->pos + r, Ti, &kv, &ap, s->att + r * qd);
@@ -235,8 +244,9 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
                 return err_set("token id %d at input position %d is out of range (vocab size %d)", tok[r], at, c->vocab);
             if (c->ple_dim > 0 && tok[r] >= c->ple_vocab)
                 return err_set("token id %d at input position %d is out of the per-layer table (%d rows)", tok[r], at, c->ple_vocab);
-            s->pos[r] = at;
+            s->pos_host[r] = at;
         }
+    op->upload(b, s->pos, s->pos_host, (size_t)T * sizeof(int32_t));
 
     /* x = embed(tok) * embed_scale; per-layer inputs read this scaled embedding */
     op->embed(b, &m->embed, tok, T, c->embed_scale, s->x);
@@ -271,9 +281,16 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
                             c->norm_plus_one);
         }
     }
-    if (R == 0) return 0;
-    op->matmul(b, &m->lm_head, s->xn, s->logits, R);
-    if (c->final_softcap > 0) op->softcap(b, s->logits, (long)R * c->vocab, c->final_softcap);
+    if (R > 0) {
+        op->matmul(b, &m->lm_head, s->xn, s->logits, R);
+        if (c->final_softcap > 0) op->softcap(b, s->logits, (long)R * c->vocab, c->final_softcap);
+    }
+    if (op->status(b) != 0) {
+        /* the rows were written, but from a failed computation */
+        for (int i = 0; i < n_seqs; i++)
+            for (int j = 0; j < c->n_layers; j++) kv_truncate(seqs[i].caches[j], seqs[i].past);
+        return err_prefix("%s backend", op->name);
+    }
     return 0;
 }
 

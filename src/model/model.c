@@ -161,7 +161,30 @@ static int bind_model(model *m) {
     return model_bind(m, &m->lm_head, m->head_name, c->vocab, c->hidden);
 }
 
-model *model_open(const char *dir, int n_threads) {
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* What identifies a checkpoint for cache files and snapshots: type, shapes, layer
+ * kinds, and a few kilobytes of weights that tell two checkpoints of one shape apart. */
+static uint64_t fingerprint(const model *m) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    const model_config *c = &m->cfg;
+    int shape[] = {c->vocab, c->hidden, c->n_layers};
+    h = fnv(h, m->model_type, strlen(m->model_type));
+    h = fnv(h, shape, sizeof shape);
+    for (int l = 0; l < c->n_layers; l++) {
+        int p[] = {m->plan[l].n_kv, m->plan[l].head_dim, m->plan[l].window};
+        h = fnv(h, p, sizeof p);
+    }
+    if (m->embed.data) h = fnv(h, m->embed.data, m->embed.nbytes < 4096 ? m->embed.nbytes : 4096);
+    if (m->final_norm) h = fnv(h, m->final_norm, (size_t)c->hidden * sizeof(float));
+    return h;
+}
+
+model *model_open(const char *dir, int n_threads, const char *device) {
     model *m = calloc(1, sizeof *m);
     if (!m) { err_set("out of memory"); return NULL; }
     snprintf(m->prefix, sizeof m->prefix, "model.");
@@ -184,36 +207,25 @@ model *model_open(const char *dir, int n_threads) {
         if (rope_table_init(&m->ropes[r], &m->rope_specs[r], m->cfg.head_dim) != 0) { err_prefix("%s", where); goto fail; }
     if (!(m->lw = calloc((size_t)m->cfg.n_layers, sizeof *m->lw))) { err_set("out of memory"); goto fail; }
     if (bind_model(m) != 0) goto fail;
-    if (!(m->be = backend_cpu_new(n_threads, max_cols(m)))) goto fail;
+    m->fingerprint = fingerprint(m);
+    if (!(m->be = backend_open(device, n_threads, max_cols(m)))) goto fail;
+    if (model_upload(m) != 0) goto fail;
     return m;
 fail:
     model_free(m);
     return NULL;
 }
 
-static void moe_weights_free(moe_weights *e) {
-    free(e->gate_up); free(e->gate); free(e->up); free(e->down);
-    free(e->gate_up_bias); free(e->gate_bias); free(e->up_bias); free(e->down_bias);
-    free(e->router_bias); free(e->router_scale); free(e->expert_scale);
-}
-
 void model_free(model *m) {
     if (!m) return;
-    if (m->lw) {
+    model_release(m);
+    if (m->lw)
         for (int l = 0; l < m->cfg.n_layers; l++) {
-            layer_weights *w = &m->lw[l];
-            free(w->attn_norm); free(w->mlp_norm); free(w->attn_post_norm); free(w->mlp_post_norm);
-            free(w->q_norm); free(w->k_norm);
-            free(w->bq); free(w->bk); free(w->bv); free(w->bo); free(w->sinks);
-            free(w->moe_pre_norm); free(w->mlp_post_norm1); free(w->moe_post_norm);
-            free(w->ple_post_norm);
-            moe_weights_free(&w->moe);
+            moe_weights *e = &m->lw[l].moe;
+            free(e->gate_up); free(e->gate); free(e->up); free(e->down);
         }
-    }
     free(m->lw);
     free(m->plan);
-    free(m->final_norm);
-    free(m->ple_proj_norm);
     for (int r = 0; r < MODEL_MAX_ROPES; r++) rope_table_free(&m->ropes[r]);
     backend_free(m->be);
     ckpt_close(m->ck);

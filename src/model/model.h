@@ -150,13 +150,19 @@ struct model {
     char head_name[48];        /* module of the untied head ("lm_head") */
     quant_cfg quant;
     backend *be;
+    int on_device;             /* vectors and weights were handed to a device backend */
+    uint64_t fingerprint;      /* identity for cache files (taken before any upload) */
     size_t weight_bytes;       /* bytes one token's forward reads */
     int64_t n_params;
 };
 
 /* Opens a checkpoint directory and binds it; NULL with a message naming the file. */
-model *model_open(const char *dir, int n_threads);
+model *model_open(const char *dir, int n_threads, const char *device);
 void model_free(model *m);
+/* Hands every weight and vector to a device backend (no-op on the CPU); model_release
+ * frees the vectors and device copies (model/upload.c). */
+int model_upload(model *m);
+void model_release(model *m);
 
 /* Shared parsing every family uses: the common keys of config.json (both spellings). */
 int model_parse_common(model *m, const json_t *config, const char *where);
@@ -200,11 +206,16 @@ typedef struct {
     float *ple_tok; /* [max_T, L, P] per-layer token embeddings */
     float *pg;     /* [max_T, P] per-layer gate */
     float *logits; /* [max_T, V] */
-    int32_t *pos;  /* [max_T] */
+    int32_t *pos;  /* [max_T] positions of the rows, in backend memory */
+    int32_t *pos_host; /* [max_T] the same on the host (cache bookkeeping) */
+    backend *be;   /* allocated the buffers above (all but pos_host) */
 } model_scratch;
 
+/* The buffers live in the model's backend memory (device memory on a GPU). */
 model_scratch *model_scratch_new(const model *m, int max_T);
 void model_scratch_free(model_scratch *s);
+/* Copies n_rows rows of logits [n_rows, vocab] from row `row` of s->logits to the host. */
+void model_logits_read(const model_scratch *s, int row, int n_rows, int vocab, float *dst);
 
 /* Runs T (<= scratch max_T) tokens at positions past..past+T-1 through the model,
  * appending to caches [n_layers]. Writes logits of all T rows (all != 0) or of the

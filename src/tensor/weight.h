@@ -28,6 +28,7 @@ typedef struct {
     scale_type stype;
     int bits, group;       /* quantized formats */
     size_t nbytes;         /* bytes one full product reads */
+    int on_device;         /* data/scales/biases are a device backend's copies */
 } weight;
 
 typedef enum { QM_NONE, QM_AFFINE, QM_MXFP4 } quant_mode;

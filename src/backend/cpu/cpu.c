@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/err.h"
@@ -92,8 +93,52 @@ static void cpu_embed(backend *b, const weight *w, const int32_t *tok, int T, fl
     }
 }
 
+/* ---- memory: host buffers ------------------------------------------------------- */
+
+static void *cpu_alloc(backend *b, size_t bytes) {
+    (void)b;
+    void *p = mem_aligned(bytes ? bytes : 1, "activations");
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_release(backend *b, void *p) { (void)b; free(p); }
+
+static void cpu_copy(backend *b, void *dst, const void *src, size_t n) {
+    (void)b;
+    if (n) memmove(dst, src, n);
+}
+
+static int cpu_upload_weight(backend *b, weight *w, int transposed) {
+    (void)b; (void)w; (void)transposed;
+    return 0;
+}
+
+static void cpu_release_weight(backend *b, weight *w) { (void)b; (void)w; }
+
+static int cpu_status(backend *b) { (void)b; return 0; }
+
+static void cpu_destroy(backend *b) {
+    cpu_backend *c = cpu(b);
+    if (c) {
+        pool_free(c->pool);
+        free(c->scratch);
+        free(c);
+    }
+    free(b);
+}
+
 static const backend_ops cpu_ops = {
     .name = "CPU",
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .copy = cpu_copy,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .upload_weight = cpu_upload_weight,
+    .release_weight = cpu_release_weight,
+    .destroy = cpu_destroy,
+    .status = cpu_status,
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
@@ -117,6 +162,8 @@ backend *backend_cpu_new(int n_threads, int64_t max_cols) {
     if (!b || !c) goto fail;
     b->ops = &cpu_ops;
     b->impl = c;
+    b->threads = n_threads;
+    b->device_id = -1;
     c->n_threads = n_threads;
     c->max_cols = max_cols;
     c->scratch_per = (MM_SCRATCH(max_cols) + 15) & ~15L;
@@ -124,21 +171,11 @@ backend *backend_cpu_new(int n_threads, int64_t max_cols) {
     if (!(c->pool = pool_new(n_threads))) goto fail;
     return b;
 fail:
-    if (b) b->impl = c;
-    backend_free(b);
-    if (!b) free(c);
-    return NULL;
-}
-
-void backend_free(backend *b) {
-    if (!b) return;
-    cpu_backend *c = cpu(b);
-    if (c) {
-        pool_free(c->pool);
-        free(c->scratch);
+    if (b) {
+        b->impl = c;
+        cpu_destroy(b);
+    } else {
         free(c);
     }
-    free(b);
+    return NULL;
 }
-
-int backend_threads(const backend *b) { return ((const cpu_backend *)b->impl)->n_threads; }

@@ -116,11 +116,14 @@ extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const a
     kernel_attn_split<HD><<<grid, block, 0, s>>>(q, qpos, kv->k, kv->v, kv->pos, kv->n, kv->row_stride, p->n_heads, \
                                                  p->n_kv, p->scale, p->window, p->softcap, splits, work)
     switch (p->head_dim) {
+    case 32: ATT(32); break;
     case 64: ATT(64); break;
+    case 96: ATT(96); break;
     case 128: ATT(128); break;
+    case 192: ATT(192); break;
     case 256: ATT(256); break;
     case 512: ATT(512); break;
-    default: return err_set("cuda attention: head_dim %d not supported (64, 128, 256, 512)", p->head_dim);
+    default: return err_set("cuda attention: head_dim %d not supported (32, 64, 96, 128, 192, 256, 512)", p->head_dim);
     }
 #undef ATT
     if (cuk_check("attention") != 0) return -1;

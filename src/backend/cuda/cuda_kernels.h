@@ -29,9 +29,14 @@ size_t cuk_matvec_work(int T, int64_t cols);
 int cuk_matvec_supports(const weight *w);
 /* Dequantizes/converts rows [r0, r0 + n) of w into bf16 dst [n, cols]. */
 int cuk_weight_to_bf16(const weight *w, int64_t r0, int64_t n, uint16_t *dst, cuk_stream s);
-/* Prefill products through cuBLAS on the tensor cores: x is rounded to bf16 into
- * xbf [T, cols]; non-bf16 weights are converted to bf16 in chunks of wbf_rows rows
- * into wbf [wbf_rows, cols]. handle is a cublasHandle_t bound to the stream. */
+/* The same as two terms: hi [n, cols] = bf16(w), lo [n, cols] = bf16(w - hi) (lo may be NULL). */
+int cuk_weight_to_bf16x2(const weight *w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo, cuk_stream s);
+/* Prefill products through cuBLAS on the tensor cores: x is split into two bf16
+ * terms in xbf (cuk_gemm_xbf_elems(T, cols) values); non-bf16 weights are converted
+ * to bf16 in chunks of wbf_rows rows into wbf [wbf_rows, cols]. handle is a
+ * cublasHandle_t bound to the stream. */
+size_t cuk_gemm_xbf_elems(int T, int64_t cols);
+size_t cuk_gemm_wbf_elems(int64_t wbf_rows, int64_t cols);
 int cuk_gemm(void *cublas, const weight *w, const float *x, float *y, int T, uint16_t *xbf, uint16_t *wbf,
              int64_t wbf_rows, cuk_stream s);
 /* dst [n] = bf16(src [n]) */
@@ -52,6 +57,20 @@ int cuk_embed(const weight *w, const int32_t *tok, int T, float scale, float *x,
 int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p, float *out,
                   float *work, cuk_stream s);
 size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys);
+/* x [n] *= s */
+int cuk_scale(float *x, long n, float s, cuk_stream st);
+/* x [n] = cap * tanh(x / cap) */
+int cuk_softcap(float *x, long n, float cap, cuk_stream st);
+/* y [rows, width] += bias [width] on every row */
+int cuk_add_rows(float *y, const float *bias, int rows, long width, cuk_stream st);
+/* xg [n, H] = rows idx [n] of x */
+int cuk_gather_rows(const float *x, const int32_t *idx, int n, long H, float *xg, cuk_stream s);
+/* out [idx[r], :] += w[r] * o [r, :] for r < n (idx distinct) */
+int cuk_scatter_add(const float *o, const int32_t *idx, const float *w, int n, long H, float *out, cuk_stream s);
+/* a [n, I] = act(g, u) with element c of row r at g[r * gs + c * gi] (u likewise);
+ * act 0 silu, 1 gelu_tanh, 2 gpt-oss clamped SwiGLU (alpha, limit) */
+int cuk_moe_act(const float *g, const float *u, long gs, long gi, long I, int n, int act, float alpha, float limit,
+                float *a, cuk_stream s);
 /* out [1] = argmax of x [n] (lowest index on ties) */
 int cuk_argmax(const float *x, int n, int32_t *out, cuk_stream s);
 

@@ -195,6 +195,87 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_affine(const uint32_t
         }
 }
 
+/* MLX affine, BITS 4 or 8, on float activations (the default: exact to float
+ * rounding, which the int8 path above is not; see docs/cuda-backend.md). Each lane
+ * reads QB codes of a row per step; over them dot(w, x) = scale * sum(code * x) +
+ * bias * sum(x), since QB codes never straddle a group (group >= QB). */
+template <int T, int R, int BITS>
+__global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_affine_f(const uint32_t *__restrict__ W, const void *__restrict__ S,
+                                                                  const void *__restrict__ B, int stype, int gs,
+                                                                  const float *__restrict__ x, float *__restrict__ y,
+                                                                  int rows, long cols) {
+    constexpr int QB = 128 / BITS, PW = 32 / BITS; /* codes per 16-byte load, per word */
+    constexpr uint32_t MASK = (1u << BITS) - 1;
+    const int lane = threadIdx.x & 31, row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
+    if (row0 >= rows) return;
+    const long wpr = cols * BITS / 32, ng = cols / gs;
+    float acc[R][T];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) acc[r][t] = 0.f;
+    for (long c0 = (long)lane * QB; c0 < cols; c0 += 32L * QB) {
+        uint4 v[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) v[r] = ld_stream(W + (long)min(row0 + r, rows - 1) * wpr + c0 * BITS / 32);
+        float dot[R][T], sx[T];
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            sx[t] = 0.f;
+#pragma unroll
+            for (int r = 0; r < R; r++) dot[r][t] = 0.f;
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float xs[T][PW];
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+#pragma unroll
+                for (int k = 0; k < PW; k += 4) {
+                    const float4 a = __ldg((const float4 *)(x + t * cols + c0 + i * PW + k));
+                    xs[t][k] = a.x; xs[t][k + 1] = a.y; xs[t][k + 2] = a.z; xs[t][k + 3] = a.w;
+                }
+#pragma unroll
+                for (int k = 0; k < PW; k++) sx[t] += xs[t][k];
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t u = i == 0 ? v[r].x : i == 1 ? v[r].y : i == 2 ? v[r].z : v[r].w;
+#pragma unroll
+                for (int k = 0; k < PW; k++) {
+                    const float code = (float)((u >> (BITS * k)) & MASK);
+#pragma unroll
+                    for (int t = 0; t < T; t++) dot[r][t] += code * xs[t][k];
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const long g = (long)min(row0 + r, rows - 1) * ng + c0 / gs;
+            const float sc = scale_load(S, stype, g), bi = scale_load(B, stype, g);
+#pragma unroll
+            for (int t = 0; t < T; t++) acc[r][t] += sc * dot[r][t] + bi * sx[t];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float sum = warp_sum(acc[r][t]);
+            if (lane == 0 && row0 + r < rows) y[(long)t * rows + row0 + r] = sum;
+        }
+}
+
+/* CUK_MV_INT8=1 selects the int8-activation (dp4a) kernels for quantized weights. */
+static int int8_activations(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CUK_MV_INT8");
+        v = e && e[0] == '1';
+    }
+    return v;
+}
+
 extern "C" size_t cuk_matvec_work(int T, int64_t cols) {
     /* xq int8, then xd and xs per 16 values (the finer of the two block sizes) */
     return (size_t)T * cols + 2 * sizeof(float) * (size_t)T * (cols / 16) + 64;
@@ -224,6 +305,15 @@ static void launch_mv_r(const weight *w, const float *x, float *y, void *work, c
         break;
     }
     case WF_AFFINE: {
+        if (!int8_activations()) {
+            if (w->bits == 4)
+                kernel_mv_affine_f<T, R, 4><<<grid, block, 0, s>>>((const uint32_t *)w->data, w->scales, w->biases,
+                                                                  (int)w->stype, w->group, x, y, rows, cols);
+            else
+                kernel_mv_affine_f<T, R, 8><<<grid, block, 0, s>>>((const uint32_t *)w->data, w->scales, w->biases,
+                                                                  (int)w->stype, w->group, x, y, rows, cols);
+            break;
+        }
         const int qb = 128 / w->bits;
         int8_t *xq = (int8_t *)work;
         float *xd = (float *)((char *)work + (((size_t)T * cols + 15) & ~(size_t)15));

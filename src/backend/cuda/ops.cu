@@ -133,17 +133,31 @@ extern "C" int cuk_embed(const weight *w, const int32_t *tok, int T, float scale
     return cuk_check("embed");
 }
 
-__global__ void kernel_weight_bf16(const weight w, int64_t r0, int64_t n, uint16_t *dst) {
+/* rows [r0, r0 + n) of w as bf16 hi, and (lo != NULL) the rounding error as bf16 lo */
+__global__ void kernel_weight_bf16(const weight w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo) {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n * w.cols) return;
-    if (w.fmt == WF_BF16) { dst[i] = ((const uint16_t *)w.data)[r0 * w.cols + i]; return; }
-    dst[i] = f2bf16(weight_elem(w, r0 + i / w.cols, i % w.cols));
+    if (w.fmt == WF_BF16) {
+        hi[i] = ((const uint16_t *)w.data)[r0 * w.cols + i];
+        if (lo) lo[i] = 0;
+        return;
+    }
+    const float v = weight_elem(w, r0 + i / w.cols, i % w.cols);
+    const uint16_t h = f2bf16(v);
+    hi[i] = h;
+    if (lo) lo[i] = f2bf16(v - bf16f(h));
 }
 
 extern "C" int cuk_weight_to_bf16(const weight *w, int64_t r0, int64_t n, uint16_t *dst, cuk_stream s) {
     long total = (long)n * w->cols;
-    kernel_weight_bf16<<<blocks_for(total, 256), 256, 0, (cudaStream_t)s>>>(*w, r0, n, dst);
+    kernel_weight_bf16<<<blocks_for(total, 256), 256, 0, (cudaStream_t)s>>>(*w, r0, n, dst, NULL);
     return cuk_check("weight_to_bf16");
+}
+
+extern "C" int cuk_weight_to_bf16x2(const weight *w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo, cuk_stream s) {
+    long total = (long)n * w->cols;
+    kernel_weight_bf16<<<blocks_for(total, 256), 256, 0, (cudaStream_t)s>>>(*w, r0, n, hi, lo);
+    return cuk_check("weight_to_bf16x2");
 }
 
 __global__ void kernel_f32_bf16(const float *src, uint16_t *dst, long n) {
@@ -186,4 +200,36 @@ __global__ void kernel_argmax(const float *x, int n, int32_t *out) {
 extern "C" int cuk_argmax(const float *x, int n, int32_t *out, cuk_stream s) {
     kernel_argmax<<<1, 1024, 0, (cudaStream_t)s>>>(x, n, out);
     return cuk_check("argmax");
+}
+
+__global__ void kernel_scale(float *x, long n, float s) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+extern "C" int cuk_scale(float *x, long n, float s, cuk_stream st) {
+    kernel_scale<<<blocks_for(n, 256), 256, 0, (cudaStream_t)st>>>(x, n, s);
+    return cuk_check("scale");
+}
+
+/* divide then multiply, as the CPU backend and transformers do */
+__global__ void kernel_softcap(float *x, long n, float cap) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = cap * tanhf(x[i] / cap);
+}
+
+extern "C" int cuk_softcap(float *x, long n, float cap, cuk_stream st) {
+    kernel_softcap<<<blocks_for(n, 256), 256, 0, (cudaStream_t)st>>>(x, n, cap);
+    return cuk_check("softcap");
+}
+
+__global__ void kernel_add_rows(float *y, const float *bias, long n, long width) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += bias[i % width];
+}
+
+extern "C" int cuk_add_rows(float *y, const float *bias, int rows, long width, cuk_stream st) {
+    const long n = (long)rows * width;
+    kernel_add_rows<<<blocks_for(n, 256), 256, 0, (cudaStream_t)st>>>(y, bias, n, width);
+    return cuk_check("add_rows");
 }

@@ -1,0 +1,483 @@
+/* backend/cuda/backend_cuda.c: the CUDA backend's op table over the cuk_* kernels,
+ * built into libceler-cuda.so (loaded by backend/backend_open.c). Everything runs
+ * in order on one stream; only downloads wait. Weights are uploaded once in a
+ * format the kernels read: bf16/f16/f32 and MLX affine 4/8-bit as stored, any other
+ * format (MXFP4, other affine widths) converted to bf16 on the device, input-major
+ * experts transposed. Work space (matvec activations, GEMM staging, attention
+ * splits, expert routing lists) grows to the largest call and is then reused.
+ *
+ * Ops cannot return errors (the forward pass is a straight line of them), so the
+ * first failure is kept and reported by `status`, which the forward checks at its
+ * end; later ops are skipped. */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "base/err.h"
+
+/* the CPU's router (backend/cpu/moe.c), resolved from the executable */
+void cpu_moe_route(backend *b, const float *logits, int T, int E, int k, int kind, const float *expert_scale, int32_t *sel,
+                   float *w);
+
+typedef struct {
+    void *p;
+    size_t cap;
+} grow_buf;
+
+typedef struct {
+    int id;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    int failed;
+    char why[512];
+    grow_buf mv, xbf, wbf, att, tok, route, moe_idx, moe_w;
+    void *host_route;     /* host staging of router logits and selections */
+    size_t host_route_cap;
+} cuda_backend;
+
+static cuda_backend *cu(backend *b) { return b->impl; }
+
+/* Keeps the first failure (err_set's message) and skips what follows. */
+static void fail(cuda_backend *c) {
+    if (c->failed) return;
+    c->failed = 1;
+    snprintf(c->why, sizeof c->why, "%s", err_msg());
+}
+
+static int cuda_ok(cuda_backend *c, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 1;
+    err_set("cuda %s: %s", what, cudaGetErrorString(e));
+    fail(c);
+    return 0;
+}
+
+static void *grow(cuda_backend *c, grow_buf *g, size_t bytes, const char *what) {
+    if (bytes <= g->cap) return g->p;
+    if (g->p) {
+        cudaStreamSynchronize(c->stream);
+        cudaFree(g->p);
+        g->p = NULL;
+        g->cap = 0;
+    }
+    size_t want = bytes + bytes / 4 + 256;
+    if (!cuda_ok(c, cudaMalloc(&g->p, want), what)) return NULL;
+    g->cap = want;
+    return g->p;
+}
+
+static int status(backend *b) {
+    cuda_backend *c = cu(b);
+    if (!c->failed) {
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) {
+            err_set("cuda: %s", cudaGetErrorString(e));
+            fail(c);
+        }
+    }
+    if (!c->failed) return 0;
+    c->failed = 0; /* reported once; the next forward starts clean */
+    return err_set("%s", c->why);
+}
+
+/* ---- memory ------------------------------------------------------------------ */
+
+static void *cuda_alloc(backend *b, size_t bytes) {
+    cuda_backend *c = cu(b);
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 16);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        err_set("GPU %d: cannot allocate %.1f MiB (%.1f MiB free of %.1f MiB): %s", c->id, bytes / 1048576.0,
+                fr / 1048576.0, tot / 1048576.0, cudaGetErrorString(e));
+        return NULL;
+    }
+    if (!cuda_ok(c, cudaMemsetAsync(p, 0, bytes ? bytes : 16, c->stream), "memset")) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_release(backend *b, void *p) {
+    if (!p) return;
+    cudaStreamSynchronize(cu(b)->stream);
+    cudaFree(p);
+}
+
+static void cuda_copy(backend *b, void *dst, const void *src, size_t n) {
+    cuda_backend *c = cu(b);
+    if (n && !c->failed) cuda_ok(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream), "copy");
+}
+
+static void cuda_upload(backend *b, void *dst, const void *host, size_t n) {
+    cuda_backend *c = cu(b);
+    if (n && !c->failed) cuda_ok(c, cudaMemcpyAsync(dst, host, n, cudaMemcpyHostToDevice, c->stream), "upload");
+}
+
+static void cuda_download(backend *b, void *host, const void *src, size_t n) {
+    cuda_backend *c = cu(b);
+    if (c->failed) {
+        memset(host, 0, n);
+        return;
+    }
+    if (cuda_ok(c, cudaMemcpyAsync(host, src, n, cudaMemcpyDeviceToHost, c->stream), "download"))
+        cuda_ok(c, cudaStreamSynchronize(c->stream), "download");
+}
+
+/* ---- weights ----------------------------------------------------------------- */
+
+static size_t scale_size(scale_type t) { return t == SC_F32 ? 4 : 2; }
+
+/* Bytes of w's data, scales and biases as bound. */
+static void weight_sizes(const weight *w, size_t *data, size_t *scales, size_t *biases) {
+    const size_t n = (size_t)w->rows * (size_t)w->cols;
+    *data = *scales = *biases = 0;
+    switch (w->fmt) {
+    case WF_F32: *data = n * 4; break;
+    case WF_F16:
+    case WF_BF16: *data = n * 2; break;
+    case WF_AFFINE:
+        *data = n * (size_t)w->bits / 8;
+        *scales = *biases = n / (size_t)w->group * scale_size(w->stype);
+        break;
+    case WF_MXFP4:
+        *data = n / 2;
+        *scales = n / 32;
+        break;
+    }
+}
+
+static void *dup_up(backend *b, const void *host, size_t n) {
+    void *d = cuda_alloc(b, n);
+    if (d) cuda_upload(b, d, host, n);
+    return d;
+}
+
+static void release_weight(backend *b, weight *w) {
+    cuda_release(b, (void *)w->data);
+    cuda_release(b, (void *)w->scales);
+    cuda_release(b, (void *)w->biases);
+    w->data = w->scales = w->biases = NULL;
+    w->on_device = 0;
+}
+
+/* An input-major float weight w [in, out] as its transpose [out, in] in the same
+ * format, on the host (element size es). */
+static void *transpose_host(const weight *w, size_t es) {
+    const size_t R = (size_t)w->rows, C = (size_t)w->cols;
+    char *t = malloc(R * C * es + 1);
+    if (!t) return NULL;
+    const char *s = w->data;
+    for (size_t r = 0; r < R; r++)
+        for (size_t j = 0; j < C; j++) memcpy(t + (j * R + r) * es, s + (r * C + j) * es, es);
+    return t;
+}
+
+static int upload_weight(backend *b, weight *w, int transposed) {
+    cuda_backend *c = cu(b);
+    int rc = 0;
+    if (transposed) {
+        if (w->fmt != WF_F32 && w->fmt != WF_F16 && w->fmt != WF_BF16)
+            return err_set("input-major expert weights must be a float format");
+        size_t es = w->fmt == WF_F32 ? 4 : 2;
+        void *t = transpose_host(w, es);
+        if (!t) return err_set("out of memory transposing an expert weight");
+        int64_t r = w->rows;
+        w->rows = w->cols;
+        w->cols = r;
+        w->data = dup_up(b, t, (size_t)w->rows * (size_t)w->cols * es);
+        cudaStreamSynchronize(c->stream); /* t is freed next: the copy must be done */
+        free(t);
+        if (!w->data) return -1;
+        w->on_device = 1;
+        rc = 1;
+    } else {
+        size_t nd, ns, nb;
+        weight_sizes(w, &nd, &ns, &nb);
+        const void *hd = w->data, *hs = w->scales, *hb = w->biases;
+        w->data = w->scales = w->biases = NULL;
+        w->on_device = 1;
+        if (!(w->data = dup_up(b, hd, nd)) || (ns && hs && !(w->scales = dup_up(b, hs, ns))) ||
+            (nb && hb && !(w->biases = dup_up(b, hb, nb)))) {
+            release_weight(b, w);
+            return -1;
+        }
+    }
+    if (!cuk_matvec_supports(w) && w->fmt != WF_BF16) {
+        /* a format the decode kernels do not read: convert once to bf16 */
+        size_t n = (size_t)w->rows * (size_t)w->cols * 2;
+        uint16_t *bf = cuda_alloc(b, n);
+        if (!bf) {
+            release_weight(b, w);
+            return -1;
+        }
+        if (cuk_weight_to_bf16(w, 0, w->rows, bf, c->stream) != 0) {
+            cuda_release(b, bf);
+            release_weight(b, w);
+            return -1;
+        }
+        weight nw = *w;
+        release_weight(b, w);
+        nw.fmt = WF_BF16;
+        nw.data = bf;
+        nw.scales = nw.biases = NULL;
+        nw.bits = nw.group = 0;
+        nw.on_device = 1;
+        *w = nw;
+    }
+    if (c->failed) return status(b);
+    return rc;
+}
+
+/* ---- arithmetic -------------------------------------------------------------- */
+
+#define RUN(call) do { if (!c->failed && (call) != 0) fail(c); } while (0)
+
+static void cuda_matmul(backend *b, const weight *w, const float *x, float *y, int T) {
+    cuda_backend *c = cu(b);
+    if (c->failed) return;
+    if (T <= CUK_MV_MAX_T && cuk_matvec_supports(w)) {
+        void *work = grow(c, &c->mv, cuk_matvec_work(T, w->cols), "matvec work");
+        if (work) RUN(cuk_matvec(w, x, y, T, work, c->stream));
+        return;
+    }
+    const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
+    uint16_t *xbf = grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging");
+    uint16_t *wbf = wrows ? grow(c, &c->wbf, cuk_gemm_wbf_elems(wrows, w->cols) * 2, "gemm staging") : NULL;
+    if (xbf && (wbf || !wrows)) RUN(cuk_gemm(c->blas, w, x, y, T, xbf, wbf, wrows, c->stream));
+}
+
+static void cuda_rmsnorm(backend *b, const float *x, const float *w, float *y, int T, int n, float eps, int plus_one) {
+    cuda_backend *c = cu(b);
+    RUN(cuk_rmsnorm(x, w, y, T, n, eps, plus_one, c->stream));
+}
+
+static void cuda_rope(backend *b, float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r) {
+    cuda_backend *c = cu(b);
+    RUN(cuk_rope(x, T, n_heads, head_dim, pos, r->inv_freq, r->dim, r->attn_factor, c->stream));
+}
+
+static void cuda_attention(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p,
+                           float *out) {
+    cuda_backend *c = cu(b);
+    if (c->failed) return;
+    float *work = grow(c, &c->att, cuk_attention_work(T, p->n_heads, p->head_dim, kv->n) * sizeof(float), "attention work");
+    if (work) RUN(cuk_attention(q, qpos, T, kv, p, out, work, c->stream));
+}
+
+static void cuda_glu(backend *b, float *g, const float *u, long n, int act) {
+    cuda_backend *c = cu(b);
+    RUN(cuk_glu(g, u, n, act, c->stream));
+}
+
+static void cuda_scale(backend *b, float *x, long n, float s) {
+    cuda_backend *c = cu(b);
+    RUN(cuk_scale(x, n, s, c->stream));
+}
+
+static void cuda_softcap(backend *b, float *x, long n, float cap) {
+    cuda_backend *c = cu(b);
+    RUN(cuk_softcap(x, n, cap, c->stream));
+}
+
+static void cuda_add(backend *b, float *y, const float *x, long n) {
+    cuda_backend *c = cu(b);
+    RUN(cuk_add(y, x, n, c->stream));
+}
+
+static void cuda_embed(backend *b, const weight *w, const int32_t *tok, int T, float scale, float *x) {
+    cuda_backend *c = cu(b);
+    if (c->failed) return;
+    int32_t *dt = grow(c, &c->tok, (size_t)T * sizeof(int32_t), "token ids");
+    if (!dt) return;
+    cuda_upload(b, dt, tok, (size_t)T * sizeof(int32_t));
+    RUN(cuk_embed(w, dt, T, scale, x, c->stream));
+}
+
+/* Host staging for routing: bytes, grown as needed. */
+static void *host_stage(cuda_backend *c, size_t bytes) {
+    if (bytes <= c->host_route_cap) return c->host_route;
+    void *p = realloc(c->host_route, bytes);
+    if (!p) {
+        err_set("out of memory staging %zu bytes of expert routing", bytes);
+        fail(c);
+        return NULL;
+    }
+    c->host_route = p;
+    c->host_route_cap = bytes;
+    return p;
+}
+
+/* Routing is a few hundred floats per token: it runs on the host, exactly as the
+ * CPU backend computes it. */
+static void cuda_moe_route(backend *b, const float *logits, int T, int E, int k, int kind, const float *expert_scale,
+                           int32_t *sel, float *w) {
+    cuda_backend *c = cu(b);
+    if (c->failed) return;
+    const size_t nl = (size_t)T * E, ns = (size_t)T * k;
+    char *h = host_stage(c, (nl + (size_t)E + 2 * ns) * 4);
+    if (!h) return;
+    float *hl = (float *)h, *hs = hl + nl, *hw = hs + E;
+    int32_t *hsel = (int32_t *)(hw + ns);
+    cuda_download(b, hl, logits, nl * 4);
+    if (expert_scale) cuda_download(b, hs, expert_scale, (size_t)E * 4);
+    cpu_moe_route(NULL, hl, T, E, k, kind, expert_scale ? hs : NULL, hsel, hw);
+    cuda_upload(b, sel, hsel, ns * 4);
+    cuda_upload(b, w, hw, ns * 4);
+    cudaStreamSynchronize(c->stream); /* the staging is reused by the next call */
+}
+
+static const float *bias_of(const float *base, long off) { return base ? base + off : NULL; }
+
+static void cuda_moe(backend *b, const moe_experts *e, const float *x, const int32_t *sel, const float *w, int T, float *out,
+                     float *work) {
+    cuda_backend *c = cu(b);
+    if (c->failed) return;
+    const long H = e->hidden, I = e->inter;
+    const int k = e->top_k;
+    const size_t ns = (size_t)T * k;
+    /* host: which tokens each expert takes (grouped by expert, in token order) */
+    char *h = host_stage(c, ns * 16 + (size_t)(e->n_experts + 1) * 4);
+    if (!h) return;
+    int32_t *hsel = (int32_t *)h;            /* [T, k] selections */
+    float *hw = (float *)(hsel + ns);        /* [T, k] their weights */
+    int32_t *hidx = (int32_t *)(hw + ns);    /* [n] tokens, grouped by expert */
+    float *hwg = (float *)(hidx + ns);       /* [n] their weights */
+    int32_t *off = (int32_t *)(hwg + ns);    /* [E + 1] group starts */
+    cuda_download(b, hsel, sel, ns * 4);
+    cuda_download(b, hw, w, ns * 4);
+    int n = 0;
+    for (int ex = 0; ex < e->n_experts; ex++) {
+        off[ex] = n;
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < k; j++)
+                if (hsel[(size_t)t * k + j] == ex) {
+                    hidx[n] = t;
+                    hwg[n] = hw[(size_t)t * k + j];
+                    n++;
+                }
+    }
+    off[e->n_experts] = n;
+    int32_t *didx = grow(c, &c->moe_idx, ns * 4 + 16, "expert lists");
+    float *dw = grow(c, &c->moe_w, ns * 4 + 16, "expert weights");
+    if (!didx || !dw) return;
+    cuda_upload(b, didx, hidx, (size_t)n * 4);
+    cuda_upload(b, dw, hwg, (size_t)n * 4);
+    cudaStreamSynchronize(c->stream); /* staging is rewritten by the next call */
+    float *xg = work;                 /* [T, H] gathered inputs */
+    float *gu = xg + (long)T * H;     /* [T, 2I] gate and up outputs */
+    float *a = gu + (long)T * 2 * I;  /* [T, I] activations */
+    float *o = a + (long)T * I;       /* [T, H] expert outputs */
+    if (!cuda_ok(c, cudaMemsetAsync(out, 0, (size_t)T * H * 4, c->stream), "moe")) return;
+    for (int ex = 0; ex < e->n_experts; ex++) {
+        const int m = off[ex + 1] - off[ex];
+        if (!m) continue;
+        const int32_t *ix = didx + off[ex];
+        RUN(cuk_gather_rows(x, ix, m, H, xg, c->stream));
+        const float *g, *u;
+        long gs, gi;
+        if (e->layout == MOE_GU_SPLIT) {
+            cuda_matmul(b, &e->gate[ex], xg, gu, m);
+            cuda_matmul(b, &e->up[ex], xg, gu + (long)T * I, m);
+            if (e->gate_bias) RUN(cuk_add_rows(gu, e->gate_bias + ex * I, m, I, c->stream));
+            if (e->up_bias) RUN(cuk_add_rows(gu + (long)T * I, e->up_bias + ex * I, m, I, c->stream));
+            g = gu, u = gu + (long)T * I, gs = I, gi = 1;
+        } else {
+            cuda_matmul(b, &e->gate_up[ex], xg, gu, m);
+            const float *bb = bias_of(e->gate_up_bias, ex * 2 * I);
+            if (bb) RUN(cuk_add_rows(gu, bb, m, 2 * I, c->stream));
+            gs = 2 * I;
+            if (e->layout == MOE_GU_INTERLEAVED) g = gu, u = gu + 1, gi = 2;
+            else g = gu, u = gu + I, gi = 1;
+        }
+        RUN(cuk_moe_act(g, u, gs, gi, I, m, e->act, e->alpha, e->limit, a, c->stream));
+        cuda_matmul(b, &e->down[ex], a, o, m);
+        if (e->down_bias) RUN(cuk_add_rows(o, e->down_bias + ex * H, m, H, c->stream));
+        RUN(cuk_scatter_add(o, ix, dw + off[ex], m, H, out, c->stream));
+    }
+}
+
+static void destroy(backend *b) {
+    cuda_backend *c = cu(b);
+    if (c) {
+        if (c->stream) cudaStreamSynchronize(c->stream);
+        grow_buf *g[] = {&c->mv, &c->xbf, &c->wbf, &c->att, &c->tok, &c->route, &c->moe_idx, &c->moe_w};
+        for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) cudaFree(g[i]->p);
+        if (c->blas) cublasDestroy(c->blas);
+        if (c->stream) cudaStreamDestroy(c->stream);
+        free(c->host_route);
+        free(c);
+    }
+    free(b);
+}
+
+static const backend_ops cuda_ops = {
+    .name = "CUDA",
+    .on_device = 1,
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .copy = cuda_copy,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .upload_weight = upload_weight,
+    .release_weight = release_weight,
+    .destroy = destroy,
+    .status = status,
+    .matmul = cuda_matmul,
+    .rmsnorm = cuda_rmsnorm,
+    .rope = cuda_rope,
+    .attention = cuda_attention,
+    .glu = cuda_glu,
+    .scale = cuda_scale,
+    .softcap = cuda_softcap,
+    .moe_route = cuda_moe_route,
+    .moe = cuda_moe,
+    .add = cuda_add,
+    .embed = cuda_embed,
+};
+
+backend *celer_backend_cuda_new(int device_id, int64_t max_cols) {
+    (void)max_cols;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        err_set("--device cuda: no CUDA GPU (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return NULL;
+    }
+    if (device_id >= n) {
+        err_set("--device cuda:%d: this machine has %d GPU%s (cuda:0..cuda:%d)", device_id, n, n == 1 ? "" : "s", n - 1);
+        return NULL;
+    }
+    backend *b = calloc(1, sizeof *b);
+    cuda_backend *c = calloc(1, sizeof *c);
+    if (!b || !c) {
+        free(b);
+        free(c);
+        err_set("out of memory");
+        return NULL;
+    }
+    b->ops = &cuda_ops;
+    b->impl = c;
+    b->threads = 0;
+    b->device_id = device_id;
+    c->id = device_id;
+    if ((e = cudaSetDevice(device_id)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        err_set("GPU %d: %s", device_id, cudaGetErrorString(e));
+        destroy(b);
+        return NULL;
+    }
+    if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS) {
+        err_set("GPU %d: cannot create a cuBLAS handle", device_id);
+        destroy(b);
+        return NULL;
+    }
+    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    return b;
+}
