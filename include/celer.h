@@ -264,6 +264,10 @@ const char *const *celer_synth_shapes(void);
 
 /* Measures the memory read bandwidth of this machine with n_threads, in GB/s. */
 double celer_measure_read_bandwidth(int n_threads);
+/* The bandwidth decode on m's device is measured against, in GB/s, measured now: the
+ * CPU's read bandwidth (its threads), or a GPU's device-to-device copy bandwidth
+ * ((read + written bytes) / time). -1 on failure. */
+double celer_model_bandwidth(const celer_model *m);
 /* Floating-point operations per prompt token of the layers' matrix products
  * (2 x the parameters a token uses: routed experts only; attention scores and the
  * LM head excluded). */

@@ -83,6 +83,10 @@ typedef struct {
     /* 0, or -1 with the message of the first op that failed since the last call
      * (ops return nothing; a device backend records its failures here). */
     int (*status)(backend *b);
+    /* The memory bandwidth decode is measured against, in GB/s, measured now: the
+     * CPU's read bandwidth over all its threads, or a GPU's device-to-device copy
+     * bandwidth ((read + written bytes) / time); -1 on failure. */
+    double (*bandwidth)(backend *b);
     /* ---- arithmetic ------------------------------------------------------------- */
     /* W [rows, cols] @ x [T, cols] -> y [T, rows] */
     void (*matmul)(backend *b, const weight *w, const float *x, float *y, int T);

@@ -6,6 +6,8 @@
 
 double celer_measure_read_bandwidth(int n_threads) { return cpu_read_bandwidth(n_threads, (size_t)1 << 30); }
 
+double celer_model_bandwidth(const celer_model *cm) { return cm->m->be->ops->bandwidth(cm->m->be); }
+
 double celer_model_layer_flops_per_token(const celer_model *cm) {
     const model *m = cm->m;
     int64_t head = (int64_t)m->cfg.vocab * m->cfg.hidden * (m->cfg.tie ? 1 : 2);

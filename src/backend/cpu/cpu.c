@@ -3,6 +3,7 @@
  * embedding rows). Mixture-of-experts ops live in moe.c. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/bandwidth.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -118,6 +119,8 @@ static void cpu_release_weight(backend *b, weight *w) { (void)b; (void)w; }
 
 static int cpu_status(backend *b) { (void)b; return 0; }
 
+static double cpu_bandwidth(backend *b) { return cpu_read_bandwidth(b->threads, (size_t)1 << 30); }
+
 static void cpu_destroy(backend *b) {
     cpu_backend *c = cpu(b);
     if (c) {
@@ -139,6 +142,7 @@ static const backend_ops cpu_ops = {
     .release_weight = cpu_release_weight,
     .destroy = cpu_destroy,
     .status = cpu_status,
+    .bandwidth = cpu_bandwidth,
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

@@ -403,6 +403,35 @@ static void cuda_moe(backend *b, const moe_experts *e, const float *x, const int
     }
 }
 
+/* Best of several 1 GiB device-to-device copies, timed with events after a warm-up. */
+static double bandwidth(backend *b) {
+    cuda_backend *c = cu(b);
+    const size_t n = (size_t)1 << 30;
+    void *src = NULL, *dst = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double best = -1;
+    if (cudaMalloc(&src, n) == cudaSuccess && cudaMalloc(&dst, n) == cudaSuccess &&
+        cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
+        cudaMemsetAsync(src, 1, n, c->stream);
+        for (int i = 0; i < 8; i++) {
+            cudaEventRecord(e0, c->stream);
+            cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream);
+            cudaEventRecord(e1, c->stream);
+            cudaEventSynchronize(e1);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            double gbs = 2.0 * (double)n / (ms * 1e-3) / 1e9;
+            if (i > 0 && gbs > best) best = gbs;
+        }
+    }
+    cudaGetLastError();
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(src);
+    cudaFree(dst);
+    return best;
+}
+
 static void destroy(backend *b) {
     cuda_backend *c = cu(b);
     if (c) {
@@ -429,6 +458,7 @@ static const backend_ops cuda_ops = {
     .release_weight = release_weight,
     .destroy = destroy,
     .status = status,
+    .bandwidth = bandwidth,
     .matmul = cuda_matmul,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
