@@ -16,7 +16,7 @@ mkdir -p $B/fuzz $B/artifacts
 status=0
 for n in $names; do
   clang -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -o $B/fuzz/$n fuzz/$n.c $B/libceler.a -ljansson -lpcre2-8 -lutf8proc -lm -pthread || { status=1; continue; }
+    -o $B/fuzz/$n fuzz/$n.c $B/libceler.a -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -pthread || { status=1; continue; }
   mkdir -p $B/corpus/$n
   seeds=fuzz/seeds/$n; [ -d "$seeds" ] || seeds=
   regress=fuzz/regress/$n; [ -d "$regress" ] || regress=

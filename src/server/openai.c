@@ -3,7 +3,8 @@
  * into an srv_request, every problem named with its parameter and an HTTP status;
  * finished jobs and stream events become OpenAI (or llama-server) JSON. Nothing
  * here touches the model: tokenizing and rendering the chat template only read the
- * tokenizer, which is safe from any thread. */
+ * tokenizer, which is safe from any thread (srv_prepare_requests, here too, fills in
+ * what parsing reads, so fuzz/fuzz_server_request.c runs it without a model). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,61 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "base/json.h"
+#include "base/limits.h"
 #include "server/server.h"
+
+/* ---- what parsing needs to know of the server ---- */
+
+static void add_eos(srv *s, long long id) {
+    if (id < 0 || id >= s->info.vocab_size) return;
+    for (int i = 0; i < s->n_eos; i++)
+        if (s->eos_ids[i] == id) return;
+    int32_t *p = realloc(s->eos_ids, (size_t)(s->n_eos + 1) * sizeof *p);
+    if (!p) return;
+    s->eos_ids = p;
+    s->eos_ids[s->n_eos++] = (int32_t)id;
+}
+
+/* Tokens that end a generation: the config's and tokenizer's EOS, generation_config's
+ * eos_token_id (a number or a list), and the end-of-turn tokens chat templates use. */
+static void collect_eos(srv *s) {
+    add_eos(s, s->info.eos_token);
+    add_eos(s, celer_tokenizer_eos(s->tok));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", s->cfg.model_dir);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        fclose(f);
+        json_t *g = json_load_path(path);
+        json_t *e = g ? json_object_get(g, "eos_token_id") : NULL;
+        if (json_is_integer(e)) add_eos(s, json_integer_value(e));
+        size_t i;
+        json_t *x;
+        if (json_is_array(e)) json_array_foreach(e, i, x) if (json_is_integer(x)) add_eos(s, json_integer_value(x));
+        json_decref(g);
+        err_clear();
+    }
+    static const char *const eot[] = {"<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|return|>", "<|call|>",
+                                      "<|endoftext|>", "[|endofturn|]"};
+    for (size_t i = 0; i < sizeof eot / sizeof eot[0]; i++) add_eos(s, celer_tokenizer_token_id(s->tok, eot[i]));
+}
+
+int srv_prepare_requests(srv *s) {
+    s->has_template = celer_tokenizer_has_template(s->tok);
+    if (s->cfg.alias) {
+        s->model_id = strdup(s->cfg.alias);
+    } else {
+        size_t n = strlen(s->cfg.model_dir);
+        while (n > 1 && s->cfg.model_dir[n - 1] == '/') n--;
+        size_t b = n;
+        while (b > 0 && s->cfg.model_dir[b - 1] != '/') b--;
+        s->model_id = strndup(s->cfg.model_dir + b, n - b);
+    }
+    if (!s->model_id) return err_set("out of memory");
+    collect_eos(s);
+    return 0;
+}
 
 /* ---- errors ---- */
 
@@ -96,14 +151,15 @@ static int get_bool(const json_t *o, const char *key, int *out, perr *e) {
     return 0;
 }
 
-/* "stop": a string or an array of up to 16 non-empty strings. */
+/* "stop": a string or an array of up to CELER_SERVE_MAX_STOP non-empty strings. */
 static int get_stop(const json_t *o, srv_request *r, perr *e) {
     json_t *v = json_object_get(o, "stop");
     if (!v || json_is_null(v)) return 0;
     json_t *one = json_is_string(v) ? v : NULL;
     size_t n = one ? 1 : json_is_array(v) ? json_array_size(v) : 0;
     if (!one && !json_is_array(v)) return fail(e, 400, "stop", "'stop' must be a string or an array of strings");
-    if (n > 16) return fail(e, 400, "stop", "'stop' takes at most 16 strings, got %zu", n);
+    if (n > CELER_SERVE_MAX_STOP)
+        return fail(e, 400, "stop", "'stop' takes at most %d strings, got %zu", CELER_SERVE_MAX_STOP, n);
     if (!(r->stop = calloc(n ? n : 1, sizeof *r->stop))) return fail(e, 500, NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *s = one ? one : json_array_get(v, i);
@@ -300,7 +356,7 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
         get_num(root, "repetition_penalty", 0.01, 100, &r->sp.repeat_penalty, &e) ||
         get_num(root, "repeat_penalty", 0.01, 100, &r->sp.repeat_penalty, &e) ||
         get_int(root, "repeat_last_n", -1, 1 << 24, &last_n, &e) ||
-        get_int(root, "seed", -(1LL << 62), 1LL << 62, &seed, &e) || get_int(root, "n", 1, 128, &n, &e) ||
+        get_int(root, "seed", -(1LL << 62), 1LL << 62, &seed, &e) || get_int(root, "n", 1, CELER_SERVE_MAX_N, &n, &e) ||
         get_bool(root, "stream", &stream, &e) || get_bool(root, "cache_prompt", &r->cache_prompt, &e) ||
         get_bool(root, "ignore_eos", &ignore_eos, &e) || get_stop(root, r, &e))
         goto out;
@@ -316,7 +372,7 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
     if (kind == SRV_CHAT) {
         if (get_int(root, "max_tokens", 0, 1 << 30, &max_tokens, &e) ||
             get_int(root, "max_completion_tokens", 0, 1 << 30, &max_tokens, &e) || get_bool(root, "logprobs", &logprobs, &e) ||
-            get_int(root, "top_logprobs", 0, 20, &top_lp, &e))
+            get_int(root, "top_logprobs", 0, CELER_SERVE_MAX_TOP_LOGPROBS, &top_lp, &e))
             goto out;
         if (top_lp && !logprobs) {
             fail(&e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
@@ -324,7 +380,7 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
         }
     } else if (kind == SRV_COMPLETION) {
         long long lp = -1;
-        if (get_int(root, "max_tokens", 0, 1 << 30, &max_tokens, &e) || get_int(root, "logprobs", 0, 20, &lp, &e)) goto out;
+        if (get_int(root, "max_tokens", 0, 1 << 30, &max_tokens, &e) || get_int(root, "logprobs", 0, CELER_SERVE_MAX_TOP_LOGPROBS, &lp, &e)) goto out;
         json_t *echo = json_object_get(root, "echo");
         if (echo && json_is_true(echo)) {
             fail(&e, 400, "echo", "'echo' is not supported");
@@ -334,7 +390,7 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
     } else {
         long long np = -1;
         if (get_int(root, "n_predict", -1, 1 << 30, &np, &e) || get_int(root, "max_tokens", 0, 1 << 30, &max_tokens, &e) ||
-            get_int(root, "n_probs", 0, 20, &top_lp, &e) || get_bool(root, "return_tokens", &r->return_tokens, &e))
+            get_int(root, "n_probs", 0, CELER_SERVE_MAX_TOP_LOGPROBS, &top_lp, &e) || get_bool(root, "return_tokens", &r->return_tokens, &e))
             goto out;
         if (json_object_get(root, "n_predict")) max_tokens = np;
         if (top_lp) logprobs = 1;
@@ -343,7 +399,14 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
         fail(&e, 400, "n", "'n' is %lld but this server has %d slots (--parallel)", n, s->cfg.n_parallel);
         goto out;
     }
-    if (stream && logprobs && n > 1) {} /* allowed */
+    if (s->cfg.max_tokens > 0 && max_tokens > s->cfg.max_tokens) {
+        const char *mp = json_object_get(root, "n_predict")               ? "n_predict"
+                         : json_object_get(root, "max_completion_tokens") ? "max_completion_tokens"
+                                                                          : "max_tokens";
+        fail(&e, 400, mp, "'%s' is %lld but this server generates at most %d tokens per request (--max-tokens)", mp,
+             max_tokens, s->cfg.max_tokens);
+        goto out;
+    }
     r->n = (int)n;
     r->stream = stream;
     r->logprobs = logprobs;
@@ -360,6 +423,11 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
         fail(&e, 400, "prompt", "the prompt is empty");
         goto out;
     }
+    if (s->cfg.max_prompt > 0 && s->cfg.max_prompt < s->cfg.ctx_size && r->n_prompt > s->cfg.max_prompt) {
+        fail(&e, 400, kind == SRV_CHAT ? "messages" : "prompt",
+             "the prompt has %d tokens, over this server's limit of %d (--max-prompt)", r->n_prompt, s->cfg.max_prompt);
+        goto out;
+    }
     if (r->n_prompt >= s->cfg.ctx_size) {
         fail(&e, 400, kind == SRV_CHAT ? "messages" : "prompt",
              "This model's maximum context length is %d tokens. However, your prompt has %d tokens (leaving no room to generate).",
@@ -368,6 +436,7 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
     }
     if (max_tokens < -1) max_tokens = s->cfg.n_predict;
     if (max_tokens < 0 || max_tokens > s->cfg.ctx_size - r->n_prompt) max_tokens = s->cfg.ctx_size - r->n_prompt;
+    if (s->cfg.max_tokens > 0 && max_tokens > s->cfg.max_tokens) max_tokens = s->cfg.max_tokens;
     r->max_tokens = (int)max_tokens;
     if (!ignore_eos && s->n_eos) {
         if (!(r->stop_ids = malloc((size_t)s->n_eos * sizeof *r->stop_ids))) {

@@ -49,6 +49,10 @@ typedef struct {
     size_t cache_bytes;         /* prompt cache budget */
     int queue_size;             /* jobs waiting for a slot before 503 */
     size_t max_body;            /* request body limit in bytes (413 above) */
+    int max_prompt;             /* prompt tokens at most (400 above); 0: the context less one */
+    int max_tokens;             /* max_tokens a request may ask for (400 above); 0: the context */
+    int max_concurrent;         /* connections handled at once (503 above); 0: CELER_SERVE_MAX_CONCURRENT */
+    int timeout_s;              /* idle connection timeout in seconds; 0: CELER_SERVE_TIMEOUT_S */
     int quiet;                  /* no request log on stderr */
 } srv_config;
 
@@ -179,12 +183,18 @@ struct srv {
     volatile int ready;         /* model loaded (read with __atomic) */
     volatile int draining;      /* SIGTERM seen: refuse new work */
     volatile int active;        /* requests being handled */
+    volatile int conns;         /* open connections (read with __atomic) */
 };
 
 /* Binds host:port and starts answering (/health says 503 until srv_load). NULL on error. */
 srv *srv_start(const srv_config *cfg);
 /* Opens the model and tokenizer and starts the scheduler. -1 on error. */
 int srv_load(srv *s);
+/* What openai_parse needs besides s->cfg, s->tok and s->info (vocab_size, eos_token):
+ * the chat-template flag, the model id and the end-of-generation ids. srv_load calls
+ * it; fuzz/fuzz_server_request.c calls it on a server with a tokenizer and no model,
+ * so the parser it fuzzes is the one requests meet. -1 on out of memory. */
+int srv_prepare_requests(srv *s);
 /* Refuses new requests, finishes in-flight ones, stops HTTP and the scheduler. */
 void srv_stop(srv *s);
 void srv_free(srv *s);

@@ -1,0 +1,61 @@
+/* base/limits.h: every resource limit celer applies to what strangers hand it
+ * (checkpoint files, tokenizer and template files, prompt-cache files, HTTP
+ * requests), in one place with its default. docs/limits.md has the table, what each
+ * error says and the test that hits it. The server's limits are defaults of
+ * `celer serve` flags (src/cli/cmd_serve.c); the file limits are fixed at build time
+ * (-DCELER_MAX_...=N overrides one). A limit is a refusal with one message naming
+ * the file or parameter and the limit, never a crash. */
+#ifndef CELER_LIMITS_H
+#define CELER_LIMITS_H
+
+/* ---- safetensors (src/io/safetensors.c) ---- */
+#ifndef CELER_MAX_ST_HEADER
+#define CELER_MAX_ST_HEADER (256u << 20)     /* bytes of JSON header per file */
+#endif
+#ifndef CELER_MAX_ST_TENSORS
+#define CELER_MAX_ST_TENSORS 131072          /* tensors per file */
+#endif
+#define CELER_MAX_ST_DIMS 8                  /* dimensions per tensor */
+
+/* ---- tokenizer.json, tokenizer_config.json (src/tokenizer/) ---- */
+#ifndef CELER_MAX_JSON_DEPTH
+#define CELER_MAX_JSON_DEPTH 512             /* nesting of arrays and objects */
+#endif
+#ifndef CELER_MAX_TOKEN_BYTES
+#define CELER_MAX_TOKEN_BYTES 65536          /* bytes of one vocabulary or added token */
+#endif
+#ifndef CELER_MAX_MERGE_BYTES
+#define CELER_MAX_MERGE_BYTES 1024           /* bytes of one BPE merge (both halves) */
+#endif
+
+/* ---- chat templates (src/tokenizer/jinja.c) ---- */
+#ifndef CELER_MAX_TEMPLATE_BYTES
+#define CELER_MAX_TEMPLATE_BYTES (1u << 20)  /* template source */
+#endif
+#ifndef CELER_MAX_TEMPLATE_OUTPUT
+#define CELER_MAX_TEMPLATE_OUTPUT (32u << 20) /* bytes one render may produce */
+#endif
+#ifndef CELER_MAX_TEMPLATE_DEPTH
+#define CELER_MAX_TEMPLATE_DEPTH 200         /* nested blocks, macro calls, filter chains */
+#endif
+#ifndef CELER_MAX_TEMPLATE_EXPR_DEPTH
+#define CELER_MAX_TEMPLATE_EXPR_DEPTH 400    /* nested expressions (parentheses, operators) */
+#endif
+#ifndef CELER_MAX_TEMPLATE_RANGE
+#define CELER_MAX_TEMPLATE_RANGE 1000000     /* elements of one range() */
+#endif
+#ifndef CELER_MAX_TEMPLATE_STEPS
+#define CELER_MAX_TEMPLATE_STEPS 20000000    /* statements and loop iterations of one render */
+#endif
+
+/* ---- `celer serve` defaults (src/server/, flags in src/cli/cmd_serve.c) ---- */
+#define CELER_SERVE_MAX_BODY (8u << 20)      /* --max-body: request body bytes (413 above) */
+#define CELER_SERVE_QUEUE 64                 /* --queue-size: requests waiting for a slot (503 above) */
+#define CELER_SERVE_MAX_CONCURRENT 256       /* --max-concurrent: open connections (503 above) */
+#define CELER_SERVE_TIMEOUT_S 600            /* --timeout: seconds a connection may sit idle */
+/* --max-prompt (prompt tokens) and --max-tokens (generated tokens per request)
+ * default to the context size (-c), which bounds both anyway. */
+#define CELER_SERVE_MAX_STOP 16              /* strings in "stop" */
+#define CELER_SERVE_MAX_N 128                /* choices in "n" (and at most the slots) */
+#define CELER_SERVE_MAX_TOP_LOGPROBS 20      /* "top_logprobs", "logprobs", "n_probs" */
+#endif
