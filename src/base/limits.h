@@ -45,7 +45,10 @@
 #define CELER_MAX_TEMPLATE_RANGE 1000000     /* elements of one range() */
 #endif
 #ifndef CELER_MAX_TEMPLATE_STEPS
-#define CELER_MAX_TEMPLATE_STEPS 20000000    /* statements and loop iterations of one render */
+#define CELER_MAX_TEMPLATE_STEPS 10000000    /* statements and loop iterations of one render */
+#endif
+#ifndef CELER_MAX_TEMPLATE_MEMORY
+#define CELER_MAX_TEMPLATE_MEMORY (256u << 20) /* working memory of one render (values, scopes) */
 #endif
 
 /* ---- `celer serve` defaults (src/server/, flags in src/cli/cmd_serve.c) ---- */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/limits.h"
 #include "celer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -32,6 +33,10 @@ static const opt_spec opts[] = {
     {"--cache-ram", NULL, "MIB", "prompt cache budget in MiB (default 512)"},
     {"--queue-size", NULL, "N", "requests waiting for a slot before 503 (default 64)"},
     {"--max-body", NULL, "BYTES", "request body limit, 413 above it (default 8388608)"},
+    {"--max-prompt", NULL, "N", "prompt tokens a request may have, 400 above (default: the context less one)"},
+    {"--max-tokens", NULL, "N", "max_tokens a request may ask for, 400 above (default: the context)"},
+    {"--max-concurrent", NULL, "N", "connections handled at once, 503 above (default 256)"},
+    {"--timeout", "-to", "N", "seconds a connection may sit idle before it is closed (default 600)"},
     {"--quiet", NULL, NULL, "print nothing but errors"},
 };
 
@@ -45,7 +50,7 @@ static const struct {
     {"LLAMA_ARG_N_PREDICT", "--n-predict"}, {"LLAMA_ARG_THREADS", "--threads"},
     {"LLAMA_ARG_BATCH", "--batch-size"},    {"LLAMA_API_KEY", "--api-key"},
     {"LLAMA_ARG_ENDPOINT_METRICS", "--metrics"}, {"LLAMA_ARG_NO_CACHE_PROMPT", "--no-cache-prompt"},
-    {"LLAMA_ARG_CACHE_RAM", "--cache-ram"},
+    {"LLAMA_ARG_CACHE_RAM", "--cache-ram"},     {"LLAMA_ARG_TIMEOUT", "--timeout"},
 };
 
 static int truthy(const char *v) {
@@ -75,12 +80,15 @@ int cmd_serve(int argc, char **argv) {
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     apply_env(&a);
-    long port, ctx, np, npred, threads, batch, cache_mib, queue, max_body;
+    long port, ctx, np, npred, threads, batch, cache_mib, queue, max_body, max_prompt, max_tokens, max_conc, timeout;
     if (args_int(&a, "--port", 8080, 0, 65535, &port) || args_int(&a, "--ctx-size", 0, 0, 1 << 24, &ctx) ||
         args_int(&a, "--parallel", 4, 1, 256, &np) || args_int(&a, "--n-predict", -1, -1, 1 << 24, &npred) ||
         args_int(&a, "--threads", 0, 0, 1024, &threads) || args_int(&a, "--batch-size", 512, 1, 1 << 20, &batch) ||
-        args_int(&a, "--cache-ram", 512, 0, 1 << 24, &cache_mib) || args_int(&a, "--queue-size", 64, 1, 1 << 20, &queue) ||
-        args_int(&a, "--max-body", 8 << 20, 64, 1L << 32, &max_body))
+        args_int(&a, "--cache-ram", 512, 0, 1 << 24, &cache_mib) || args_int(&a, "--queue-size", CELER_SERVE_QUEUE, 1, 1 << 20, &queue) ||
+        args_int(&a, "--max-body", CELER_SERVE_MAX_BODY, 64, 1L << 32, &max_body) ||
+        args_int(&a, "--max-prompt", 0, 1, 1 << 24, &max_prompt) || args_int(&a, "--max-tokens", 0, 1, 1 << 24, &max_tokens) ||
+        args_int(&a, "--max-concurrent", CELER_SERVE_MAX_CONCURRENT, 1, 65536, &max_conc) ||
+        args_int(&a, "--timeout", CELER_SERVE_TIMEOUT_S, 1, 86400, &timeout))
         return 2;
     srv_config cfg = {0};
     char defbuf[PATH_MAX + 64];
@@ -100,6 +108,10 @@ int cmd_serve(int argc, char **argv) {
     cfg.cache_bytes = (size_t)cache_mib << 20;
     cfg.queue_size = (int)queue;
     cfg.max_body = (size_t)max_body;
+    cfg.max_prompt = (int)max_prompt;
+    cfg.max_tokens = (int)max_tokens;
+    cfg.max_concurrent = (int)max_conc;
+    cfg.timeout_s = (int)timeout;
     cfg.quiet = args_get(&a, "--quiet") != NULL;
 
     /* every thread inherits this mask; this one takes the signals with sigwait */

@@ -12,9 +12,12 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/limits.h"
 #include "base/mem.h"
 
-#define ST_MAX_HEADER (256u << 20) /* a header above 256 MiB is not a real checkpoint */
+/* Limits (base/limits.h): a header above 256 MiB or 131072 tensors is not a real checkpoint. */
+#define ST_MAX_HEADER CELER_MAX_ST_HEADER
+_Static_assert(ST_MAX_DIMS == CELER_MAX_ST_DIMS, "base/limits.h and io/safetensors.h disagree on dimensions");
 
 static const struct { const char *name; size_t size; } dtypes[ST_N_DTYPES] = {
     [ST_F64] = {"F64", 8},   [ST_F32] = {"F32", 4},   [ST_F16] = {"F16", 2},
@@ -101,6 +104,11 @@ static int parse_header(st_file *f, const char *hdr, size_t hlen, const uint8_t 
         return err_set("header is not a JSON object");
     }
     size_t n = json_object_size(root);
+    size_t n_tensors = n - (json_object_get(root, "__metadata__") != NULL);
+    if (n_tensors > CELER_MAX_ST_TENSORS) {
+        json_decref(root);
+        return err_set("header lists %zu tensors, over the limit of %d per file", n_tensors, CELER_MAX_ST_TENSORS);
+    }
     f->t = calloc(n ? n : 1, sizeof *f->t);
     span *sp = calloc(n ? n : 1, sizeof *sp);
     int rc = 0;

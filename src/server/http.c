@@ -4,7 +4,9 @@
  * and then either waits for it (plain responses) or hands a content reader to
  * libmicrohttpd that blocks on the job's events (server-sent events). While it
  * waits, the thread peeks at the socket every 50 ms: a client that went away
- * cancels its job, and the scheduler frees the slot on its next step. */
+ * cancels its job, and the scheduler frees the slot on its next step. Connections
+ * over --max-concurrent get 503 before their body is read; idle ones close after
+ * --timeout seconds. */
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -15,11 +17,13 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "base/limits.h"
 #include "server/server.h"
 
 typedef struct {
     srv_buf body;
     int too_big;
+    int too_many;             /* over --max-concurrent connections */
     int counted;              /* counted in s->active (a generation request) */
     double t0;
 } conn_ctx;
@@ -235,6 +239,8 @@ static int authorized(srv *s, struct MHD_Connection *c) {
     return x && strcmp(x, s->cfg.api_key) == 0;
 }
 
+static int max_concurrent(const srv *s) { return s->cfg.max_concurrent > 0 ? s->cfg.max_concurrent : CELER_SERVE_MAX_CONCURRENT; }
+
 static int is(const char *url, const char *a, const char *b) { return strcmp(url, a) == 0 || (b && strcmp(url, b) == 0); }
 
 static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, const char *method, conn_ctx *cc) {
@@ -247,6 +253,12 @@ static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, 
     }
     int public = is(url, "/v1/models", "/models");
     if (!public && !authorized(s, c)) return reply_error(s, c, 401, "Invalid API key: send 'Authorization: Bearer KEY'", NULL);
+    if (cc->too_many) {
+        char m[128];
+        snprintf(m, sizeof m, "the server is busy: more than %d connections are open (--max-concurrent); try again later",
+                 max_concurrent(s));
+        return reply_error(s, c, 503, m, NULL);
+    }
     if (cc->too_big) {
         char m[128];
         snprintf(m, sizeof m, "the request body exceeds %zu bytes (--max-body)", s->cfg.max_body);
@@ -293,6 +305,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
         cc->t0 = srv_now();
         *con_cls = cc;
+        if (__atomic_load_n(&s->conns, __ATOMIC_ACQUIRE) > max_concurrent(s)) {
+            cc->too_many = 1; /* answer before reading the body */
+            return route(s, c, url, method, cc);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
             cc->too_big = 1; /* answer before reading the body */
@@ -313,6 +329,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     return route(s, c, url, method, cc);
+}
+
+/* Counts open connections (--max-concurrent). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
+    srv *s = cls;
+    (void)c;
+    (void)socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) __atomic_add_fetch(&s->conns, 1, __ATOMIC_ACQ_REL);
+    else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) __atomic_sub_fetch(&s->conns, 1, __ATOMIC_ACQ_REL);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -340,8 +365,10 @@ int http_start(srv *s) {
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(s->cfg.timeout_s > 0 ? s->cfg.timeout_s : CELER_SERVE_TIMEOUT_S),
+        /* room above --max-concurrent to answer 503; beyond it libmicrohttpd closes new connections at once */
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max_concurrent(s) + 16), MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d) return err_set("cannot listen on %s:%d (in use, or not an address of this machine)", s->cfg.host, s->cfg.port);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);

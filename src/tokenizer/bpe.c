@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/limits.h"
 #include "tokenizer/tok.h"
 
 static char *dup_str(const tj_val *v) {
@@ -50,7 +51,7 @@ int tk_bpe_parse(tk_bpe *b, const tj_val *model, const char *where) {
             const tj_val *k = &vocab->u.items[2 * (i0 + j)], *id = k + 1;
             if (id->type != TJ_NUM || id->u.num < 0 || id->u.num > 2e9 || id->u.num != (double)(int32_t)id->u.num)
                 return err_set("%s: model.vocab[\"%.40s\"] is not a token id", where, k->u.s);
-            if (tk_strmap_put_h(&b->vocab, k->u.s, k->n, (int32_t)id->u.num, hs[j])) return -1;
+            if (tk_strmap_put_h(&b->vocab, k->u.s, k->n, (int32_t)id->u.num, hs[j])) return err_prefix("%s: model.vocab", where);
         }
     }
     for (int i = 0; i < 256; i++) {
@@ -113,7 +114,11 @@ int tk_bpe_parse(tk_bpe *b, const tj_val *model, const char *where) {
                 free(buf);
                 return err_set("%s: model.merges[%u] is neither \"a b\" nor [\"a\", \"b\"]", where, r);
             }
-            if (q[j].an + q[j].cn > 1024) { free(buf); return err_set("%s: model.merges[%u] is too long", where, r); }
+            if (q[j].an + q[j].cn > CELER_MAX_MERGE_BYTES) {
+                free(buf);
+                return err_set("%s: model.merges[%u] has %zu bytes, over the %d-byte limit", where, r, q[j].an + q[j].cn,
+                               CELER_MAX_MERGE_BYTES);
+            }
             memcpy(buf + boff, q[j].a, q[j].an);
             memcpy(buf + boff + q[j].an, q[j].c, q[j].cn);
             q[j].moff = boff;

@@ -20,6 +20,7 @@
 #include <utf8proc.h>
 
 #include "base/err.h"
+#include "base/limits.h"
 #include "tokenizer/tok.h"
 
 /* ======================================================================== arena */
@@ -131,6 +132,8 @@ struct jctx {
     int ncap;
     int depth;
     int brk, cont;
+    size_t arena_bytes;  /* allocated by jalloc (CELER_MAX_TEMPLATE_MEMORY) */
+    uint64_t steps;      /* statements and loop iterations run (CELER_MAX_TEMPLATE_STEPS) */
 };
 
 static _Noreturn void jfail(jctx *c, int line, int col, const char *fmt, ...) {
@@ -149,6 +152,9 @@ static void *jalloc(jctx *c, size_t n) {
     jarena_blk *b = c->arena;
     if (!b || b->cap - b->used < n) {
         size_t cap = n > 65536 ? n : 65536;
+        if (c->arena_bytes + cap > CELER_MAX_TEMPLATE_MEMORY)
+            jfail(c, 0, 0, "rendering needs more than %u bytes of memory (the limit)", CELER_MAX_TEMPLATE_MEMORY);
+        c->arena_bytes += cap;
         b = malloc(sizeof *b + cap);
         if (!b) jfail(c, 0, 0, "out of memory");
         b->used = 0;
@@ -727,7 +733,7 @@ static jnode *parse_filters(jctx *c, jnode *n) {
 
 static jnode *parse_unary(jctx *c, int with_filter) {
     jtok *t = peek(c);
-    if (++c->depth > 400) jfail(c, t->line, t->col, "expression nested too deeply");
+    if (++c->depth > CELER_MAX_TEMPLATE_EXPR_DEPTH) jfail(c, t->line, t->col, "expression nested too deeply");
     jnode *n;
     if (is_op(t, "-") || is_op(t, "+")) {
         next_tok(c);
@@ -812,7 +818,7 @@ static jnode *parse_not(jctx *c) {
     jtok *t = peek(c);
     if (is_name(t, "not")) {
         next_tok(c);
-        if (++c->depth > 400) jfail(c, t->line, t->col, "expression nested too deeply");
+        if (++c->depth > CELER_MAX_TEMPLATE_EXPR_DEPTH) jfail(c, t->line, t->col, "expression nested too deeply");
         jnode *n = node(c, E_NOT, t);
         n->a = parse_not(c);
         c->depth--;
@@ -846,7 +852,7 @@ static jnode *parse_or(jctx *c) {
 }
 
 static jnode *parse_expr(jctx *c) {
-    if (++c->depth > 200) jfail(c, peek(c)->line, peek(c)->col, "expression nested too deeply");
+    if (++c->depth > CELER_MAX_TEMPLATE_DEPTH) jfail(c, peek(c)->line, peek(c)->col, "expression nested too deeply");
     jnode *n = parse_or(c);
     while (is_name(peek(c), "if")) {
         jtok *t = next_tok(c);
@@ -888,7 +894,7 @@ static int parse_body(jctx *c, svec *out, const char *const *ends, const jtok *o
 
 static jnode *parse_statement_inner(jctx *c, jtok *begin);
 static jnode *parse_statement(jctx *c, jtok *begin) {
-    if (++c->depth > 200) jfail(c, begin->line, begin->col, "blocks nested too deeply");
+    if (++c->depth > CELER_MAX_TEMPLATE_DEPTH) jfail(c, begin->line, begin->col, "blocks nested too deeply");
     jnode *n = parse_statement_inner(c, begin);
     c->depth--;
     return n;
@@ -2126,7 +2132,7 @@ static jv call_value(jctx *c, jnode *at, jv f, const jargs *a) {
             if (st == 0) jfail(c, at->line, at->col, "range() step must not be zero");
             jlist *l = list_new(c, 8);
             for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
-                if (l->n >= 1000000) jfail(c, at->line, at->col, "range too large");
+                if (l->n >= CELER_MAX_TEMPLATE_RANGE) jfail(c, at->line, at->col, "range too large (over %d elements)", CELER_MAX_TEMPLATE_RANGE);
                 list_push(c, l, mk_int(i));
             }
             return mk_list(l);
@@ -2474,7 +2480,7 @@ static jv capture_end(jctx *c, tk_buf *saved) {
 }
 
 static jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a) {
-    if (++c->depth > 200) jfail(c, at->line, at->col, "macro recursion too deep");
+    if (++c->depth > CELER_MAX_TEMPLATE_DEPTH) jfail(c, at->line, at->col, "macro recursion too deep");
     jframe *f = jalloc(c, sizeof *f);
     memset(f, 0, sizeof *f);
     f->parent = c->root;
@@ -2505,7 +2511,13 @@ static jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a) {
     return capture_end(c, saved_out);
 }
 
+static void count_step(jctx *c, const jnode *n) {
+    if (++c->steps > CELER_MAX_TEMPLATE_STEPS)
+        jfail(c, n->line, n->col, "rendering runs more than %d statements and loop iterations (the limit)", CELER_MAX_TEMPLATE_STEPS);
+}
+
 static void exec_stmt(jctx *c, jnode *n) {
+    count_step(c, n);
     switch (n->kind) {
     case S_TEXT: tkb_put(c->out, n->name, n->name_n); break;
     case S_OUT: {
@@ -2548,6 +2560,7 @@ static void exec_stmt(jctx *c, jnode *n) {
         jv loopv = {JV_LOOP, 0, {0}};
         loopv.u.lp = lp;
         for (size_t i = 0; i < items->n; i++) {
+            count_step(c, n);
             jframe *f = jalloc(c, sizeof *f);
             memset(f, 0, sizeof *f);
             f->parent = outer;
@@ -2608,6 +2621,8 @@ static void exec_body(jctx *c, jnode **body, int n) {
     for (int i = 0; i < n && !c->brk && !c->cont; i++) {
         exec_stmt(c, body[i]);
         if (c->out->oom) jfail(c, 0, 0, "out of memory");
+        if (c->out->n > CELER_MAX_TEMPLATE_OUTPUT)
+            jfail(c, body[i]->line, body[i]->col, "the output exceeds %u bytes (the limit)", CELER_MAX_TEMPLATE_OUTPUT);
     }
 }
 
@@ -2626,6 +2641,10 @@ char *tk_jinja_render(const char *tmpl, size_t tmpl_len, const char *where, cons
                       const tj_val *extra_json_name_vals[], size_t *out_len);
 char *tk_jinja_render(const char *tmpl, size_t tmpl_len, const char *where, const tj_val *vars, const char *const *extra,
                       const tj_val *extra_json_name_vals[], size_t *out_len) {
+    if (tmpl_len > CELER_MAX_TEMPLATE_BYTES) {
+        err_set("%s: template of %zu bytes exceeds the %u-byte limit", where ? where : "template", tmpl_len, CELER_MAX_TEMPLATE_BYTES);
+        return NULL;
+    }
     jctx *c = calloc(1, sizeof *c);
     tk_buf *out = calloc(1, sizeof *out);
     if (!c || !out) {

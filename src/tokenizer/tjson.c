@@ -7,9 +7,10 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/limits.h"
 #include "base/mem.h"
 
-#define TJ_MAX_DEPTH 512
+#define TJ_MAX_DEPTH CELER_MAX_JSON_DEPTH
 
 typedef struct tj_chunk {
     struct tj_chunk *next;

@@ -257,7 +257,10 @@ static int load_tokenizer_json(celer_tokenizer *t, const char *path) {
         ad->single_word = (v = tj_get(a, "single_word")) && v->type == TJ_TRUE;
         /* tokenizers' default: normalized unless special */
         ad->normalized = (v = tj_get(a, "normalized")) ? v->type == TJ_TRUE : !ad->special;
-        if (tk_strmap_put(&t->added_map, c->u.s, c->n, (int32_t)t->n_added - 1)) goto out;
+        if (tk_strmap_put(&t->added_map, c->u.s, c->n, (int32_t)t->n_added - 1)) {
+            err_prefix("%s: added_tokens[%u]", path, i);
+            goto out;
+        }
         if (trie_add(ad->normalized && t->norm ? &t->trie_norm : &t->trie_raw, c->u.s, c->n, t->n_added - 1)) goto out;
     }
     /* id -> token table */

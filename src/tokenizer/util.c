@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/limits.h"
 #include "tokenizer/tok.h"
 
 /* ---- buffers */
@@ -183,7 +184,7 @@ static int strmap_grow(tk_strmap *m) {
 int tk_strmap_put(tk_strmap *m, const char *k, size_t n, int32_t v) { return tk_strmap_put_h(m, k, n, v, tk_hash(k, n)); }
 
 int tk_strmap_put_h(tk_strmap *m, const char *k, size_t n, int32_t v, uint64_t h) {
-    if (n >= (1u << 24)) return err_set("token of %zu bytes is too long", n);
+    if (n > CELER_MAX_TOKEN_BYTES) return err_set("token of %zu bytes exceeds the %d-byte limit", n, CELER_MAX_TOKEN_BYTES);
     uint32_t i = (uint32_t)h & m->mask, tag = (uint32_t)(h >> 32);
     for (;;) {
         uint64_t s = m->slot[i];
