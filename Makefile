@@ -92,7 +92,13 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@fuzz/run.sh $(FUZZ_SECONDS)
 
-.PHONY: all deps tests test run clean fuzz bench
+# Server soak (not in `make test`): SOAK_SECONDS of mixed concurrent load against
+# `celer serve` on models/default, then correctness, RSS and exit checks (tests/server/soak.py).
+SOAK_SECONDS ?= 600
+soak: $(B)/celer
+	SOAK_SECONDS=$(SOAK_SECONDS) python3 tests/server/soak.py $(B)/celer
+
+.PHONY: all deps tests test run clean fuzz soak bench
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 
 # ---- CUDA (built where nvcc exists; `make test-cuda` runs on a machine with a GPU) ----
