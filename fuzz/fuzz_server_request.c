@@ -1,143 +1,16 @@
 /* fuzz/fuzz_server_request.c: the server's request parsing without a socket or a
- * model. The first input byte picks the endpoint (low 3 bits: /v1/chat/completions,
- * /v1/completions, /completion, /tokenize, /detokenize) and the server (bit 3: the
- * Qwen3 tokenizer with a 4096-token context, or the default model's tokenizer with a
- * 256-token context, --max-prompt 128, --max-tokens 64 and 2 slots); the rest is the
- * request body. openai_parse is the function http.c calls (srv_prepare_requests fills
- * what it reads, as srv_load does). A request it accepts is then answered: a job
- * with one event per choice carrying the body's bytes as text (arbitrary bytes, as a
- * detokenizer can produce), the prompt's ids and logprobs, rendered as the plain
- * response, the SSE frames and the stream's end. A refusal must carry a status in
- * 400..599 and a message. */
-#include <jansson.h>
-
-#include "celer.h"
+ * model (fuzz/replay_server_request.h says what one input does). */
 #include "fuzz_util.h"
-#include "server/server.h"
-
-static srv servers[2];
-
-static void setup(srv *s, const char *tok_dir, const char *model_dir, int ctx, int np, int max_prompt, int max_tokens) {
-    s->cfg.model_dir = model_dir;
-    s->cfg.host = "127.0.0.1";
-    s->cfg.n_parallel = np;
-    s->cfg.ctx_size = ctx;
-    s->cfg.n_predict = -1;
-    s->cfg.batch_size = 512;
-    s->cfg.cache_prompt = 1;
-    s->cfg.max_body = 8 << 20;
-    s->cfg.max_prompt = max_prompt;
-    s->cfg.max_tokens = max_tokens;
-    s->cfg.queue_size = 64;
-    if (!(s->tok = celer_tokenizer_open(tok_dir))) {
-        fprintf(stderr, "fuzz_server_request: %s (run `make tests` first to unpack the fixtures)\n", celer_last_error());
-        abort();
-    }
-    s->info.vocab_size = celer_tokenizer_n_vocab(s->tok);
-    s->info.eos_token = -1;
-    s->info.max_context = ctx;
-    s->info.model_type = "llama";
-    s->info.format = "fuzz";
-    if (srv_prepare_requests(s) != 0) abort();
-}
+#include "replay_server_request.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    setup(&servers[0], "tests/fixtures/tokenizers/qwen3", "tests/fixtures/tokenizers/qwen3", 4096, 4, 0, 0);
-    setup(&servers[1], "models/default", "models/default", 256, 2, 128, 64);
+    if (replay_server_init() != 0) abort();
     return 0;
 }
 
-static json_t *fake_logprobs(const celer_tokenizer *t, const int32_t *ids, int n, int top) {
-    json_t *a = json_array();
-    for (int i = 0; i < n; i++) {
-        const char *tok = celer_tokenizer_token(t, ids[i]);
-        json_t *name = tok ? json_string(tok) : NULL; /* NULL when not UTF-8 */
-        json_t *alts = json_array();
-        for (int k = 0; k < top; k++)
-            json_array_append_new(alts, json_pack("{s:O, s:f}", "token", name ? name : json_null(), "logprob", -1.0 - k));
-        json_t *x = json_pack("{s:s, s:f, s:[], s:o}", "token", name ? json_string_value(name) : "?", "logprob", -0.5, "bytes",
-                              "top_logprobs", alts);
-        json_decref(name);
-        json_array_append_new(a, x);
-    }
-    return a;
-}
-
-static void answer(srv *s, srv_request *r, const uint8_t *text, size_t tn) {
-    int top = r->top_logprobs;
-    int logprobs = r->logprobs;
-    srv_job *j = srv_job_new(r, r->kind == SRV_CHAT ? "chatcmpl" : "cmpl");
-    if (!j) return;
-    int ntok = j->req->n_prompt < 8 ? j->req->n_prompt : 8;
-    for (int c = 0; c < j->req->n; c++) {
-        srv_event *e = calloc(1, sizeof *e);
-        if (!e) abort();
-        e->choice = c;
-        e->text = malloc(tn + 1);
-        memcpy(e->text, text, tn);
-        e->len = tn;
-        e->tokens = malloc(sizeof *e->tokens * (size_t)(ntok ? ntok : 1));
-        memcpy(e->tokens, j->req->prompt, sizeof *e->tokens * (size_t)ntok);
-        e->n_tokens = ntok;
-        e->logprobs = logprobs ? fake_logprobs(s->tok, e->tokens, ntok, top) : NULL;
-        e->finish = (c & 1) ? SRV_FINISH_LENGTH : SRV_FINISH_STOP;
-        j->n_gen[c] = ntok;
-        srv_job_push(j, e);
-        srv_job_finish_choice(j);
-    }
-    j->n_prompt = j->req->n_prompt;
-    pthread_mutex_lock(&j->mu);
-    srv_event *ev = srv_job_take_locked(j);
-    pthread_mutex_unlock(&j->mu);
-    char *body = openai_response_json(s, j, ev);
-    if (!body) abort();
-    json_t *chk = json_loads(body, 0, NULL);
-    if (!chk) abort(); /* a response is always valid JSON */
-    json_decref(chk);
-    free(body);
-    srv_buf out = {0};
-    for (srv_event *e = ev; e; e = e->next)
-        if (openai_stream_event(s, j, e, 1, &out)) abort();
-    if (openai_stream_end(s, j, &out)) abort();
-    srv_buf_free(&out);
-    srv_event_free(ev);
-    srv_job_unref(j);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
-    if (n < 1) return 0;
-    srv *s = &servers[(data[0] >> 3) & 1];
-    int ep = (data[0] & 7) % 5;
-    const char *body = (const char *)data + 1;
-    size_t len = n - 1;
-    if (ep <= 2) {
-        static const int kinds[3] = {SRV_CHAT, SRV_COMPLETION, SRV_NATIVE};
-        int status = 0;
-        char *msg = NULL;
-        const char *param = NULL;
-        srv_request *r = openai_parse(s, kinds[ep], body, len, &status, &msg, &param);
-        if (!r) {
-            if (!msg || status < 400 || status > 599) abort();
-            char *ej = openai_error_json(status, msg, param);
-            if (!ej) abort();
-            free(ej);
-            free(msg);
-            return 0;
-        }
-        if (r->n < 1 || r->n > s->cfg.n_parallel || r->n_prompt < 1 || r->n_prompt >= s->cfg.ctx_size ||
-            r->max_tokens < 0 || r->n_prompt + r->max_tokens > s->cfg.ctx_size ||
-            (s->cfg.max_prompt && r->n_prompt > s->cfg.max_prompt) || (s->cfg.max_tokens && r->max_tokens > s->cfg.max_tokens))
-            abort(); /* the limits openai_parse promises the scheduler */
-        for (int i = 0; i < r->n_prompt; i++)
-            if (r->prompt[i] < 0 || r->prompt[i] >= s->info.vocab_size) abort();
-        answer(s, r, data + 1, len < 64 ? len : 64);
-        return 0;
-    }
-    int status = 0;
-    char *out = ep == 3 ? openai_tokenize_json(s, body, len, &status) : openai_detokenize_json(s, body, len, &status);
-    if (!out || status < 200 || status > 599) abort();
-    free(out);
+    if (replay_server_request(data, n) != 0) abort();
     return 0;
 }

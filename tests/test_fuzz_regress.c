@@ -1,31 +1,61 @@
 /* tests/test_fuzz_regress.c: every input a fuzzer once crashed on (fuzz/regress/),
  * replayed through the same calls as its harness; under `make test SAN=1` a
- * regression is a sanitizer report. */
+ * regression is a sanitizer report. The server-request harness's hand-made seeds
+ * (fuzz/seeds/fuzz_server_request/) are replayed too: they hold its promises (a
+ * status and a message for every refusal, limits kept, JSON responses) in the suite. */
 #include <dirent.h>
 #include <stdlib.h>
 
+#include "../fuzz/replay_server_request.h"
 #include "../fuzz/replay_tokenizer_json.h"
 #include "harness.h"
 
-static void tokenizer_json(void) {
-    const char *dir = "fuzz/regress/fuzz_tokenizer_json";
+/* Calls fn on every file of dir; the number of files, -1 when dir is missing. */
+static int each_file(const char *dir, void (*fn)(const char *path, const char *name)) {
     DIR *d = opendir(dir);
-    CHECK(d != NULL, "no %s", dir);
-    if (!d) return;
+    if (!d) return -1;
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
         char p[512];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        CHECK(replay_tokenizer_json(p) >= 0, "%s: refused without a message", e->d_name);
+        fn(p, e->d_name);
         n++;
     }
     closedir(d);
-    CHECK(n > 0, "no regression inputs in %s", dir);
+    return n;
+}
+
+static void one_tokenizer_json(const char *path, const char *name) {
+    CHECK(replay_tokenizer_json(path) >= 0, "%s: refused without a message", name);
+}
+
+static void tokenizer_json(void) {
+    int n = each_file("fuzz/regress/fuzz_tokenizer_json", one_tokenizer_json);
+    CHECK(n > 0, "no regression inputs in fuzz/regress/fuzz_tokenizer_json");
+}
+
+static void one_server_request(const char *path, const char *name) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL, "cannot open %s", path);
+    if (!f) return;
+    static unsigned char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    CHECK(replay_server_request(buf, n) == 0, "%s: a broken promise (message above)", name);
+}
+
+static void server_request(void) {
+    CHECK(replay_server_init() == 0, "cannot set up the servers");
+    int seeds = each_file("fuzz/seeds/fuzz_server_request", one_server_request);
+    CHECK(seeds > 0, "no seeds in fuzz/seeds/fuzz_server_request");
+    each_file("fuzz/regress/fuzz_server_request", one_server_request); /* absent until a crash is found */
+    replay_server_free();
 }
 
 int main(void) {
     RUN(tokenizer_json);
+    RUN(server_request);
     return harness_done();
 }
