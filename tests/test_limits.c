@@ -77,6 +77,23 @@ static void st_tensor_count(void) {
     unlink(path);
 }
 
+static void st_dims(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/dims.safetensors", tmpdir);
+    const char *h = "{\"x\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}    ";
+    size_t k = strlen(h);
+    uint8_t buf[256] = {0};
+    buf[0] = (uint8_t)k;
+    memcpy(buf + 8, h, k);
+    write_file(path, buf, 8 + k + 4);
+    st_file *f = st_open(path);
+    CHECK(f == NULL, "opened a tensor of %d dimensions", CELER_MAX_ST_DIMS + 1);
+    CHECK_STR_HAS(celer_last_error(), "dims.safetensors");
+    CHECK_STR_HAS(celer_last_error(), "tensor \"x\": 9 dimensions (at most 8)");
+    st_close(f);
+    unlink(path);
+}
+
 /* ---- tokenizer.json ---- */
 
 static celer_tokenizer *open_json(const char *name, const char *json) {
@@ -158,7 +175,7 @@ static void json_depth(void) {
     celer_tokenizer *t = open_json("deep", j);
     CHECK(t == NULL, "opened a tokenizer.json nested %zu deep", d + 1);
     CHECK_STR_HAS(celer_last_error(), "deep/tokenizer.json");
-    CHECK_STR_HAS(celer_last_error(), "nested too deeply");
+    CHECK_STR_HAS(celer_last_error(), "invalid JSON at line 1, column 522: nested too deeply");
     celer_tokenizer_free(t);
     free(j);
 }
@@ -244,6 +261,7 @@ int main(void) {
     if (!mkdtemp(tmpdir)) return 1;
     RUN(st_header_size);
     RUN(st_tensor_count);
+    RUN(st_dims);
     RUN(token_bytes);
     RUN(merge_bytes);
     RUN(json_depth);
