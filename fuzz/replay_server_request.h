@@ -111,7 +111,7 @@ static int rs_answer(srv *s, srv_request *r, const uint8_t *text, size_t tn) {
     srv_event *ev = srv_job_take_locked(j);
     pthread_mutex_unlock(&j->mu);
     char *body = openai_response_json(s, j, ev);
-    json_t *chk = body ? json_loads(body, 0, NULL) : NULL;
+    json_t *chk = body ? json_loadb(body, strlen(body), JSON_ALLOW_NUL, NULL) : NULL; /* text may hold \u0000 */
     if (!chk) rc = RS_BROKEN("the response is not JSON: %s", body ? body : "(null)");
     json_decref(chk);
     free(body);
@@ -146,6 +146,10 @@ static inline int replay_server_request(const uint8_t *data, size_t n) {
             if (!ej) return RS_BROKEN("no error body");
             free(ej);
             return 0;
+        }
+        if (memchr(body, 0, len)) { /* a raw NUL byte is never JSON */
+            srv_request_free(r);
+            return RS_BROKEN("accepted a body with a NUL byte");
         }
         if (r->n < 1 || r->n > s->cfg.n_parallel || r->n_prompt < 1 || r->n_prompt >= s->cfg.ctx_size ||
             r->max_tokens < 0 || r->n_prompt + r->max_tokens > s->cfg.ctx_size ||

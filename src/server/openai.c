@@ -316,6 +316,11 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
         fail(&e, 400, NULL, "the request body is not valid UTF-8");
         goto out;
     }
+    const char *nul = memchr(body, 0, len); /* never JSON; jansson would skip one after a number */
+    if (nul) {
+        fail(&e, 400, NULL, "the request body has a NUL byte at offset %zu: not JSON", (size_t)(nul - body));
+        goto out;
+    }
     json_error_t je;
     if (!(root = json_loadb(body, len, 0, &je))) {
         fail(&e, 400, NULL, "malformed JSON: %s (line %d, column %d)", je.text, je.line, je.column);
@@ -666,6 +671,8 @@ static json_t *load_object(const char *body, size_t len, int *status, char **err
     json_t *root = NULL;
     char buf[300];
     if (!srv_utf8_valid(body, len)) snprintf(buf, sizeof buf, "the request body is not valid UTF-8");
+    else if (memchr(body, 0, len))
+        snprintf(buf, sizeof buf, "the request body has a NUL byte at offset %zu: not JSON", (size_t)((const char *)memchr(body, 0, len) - body));
     else if (!(root = json_loadb(body, len, 0, &je))) snprintf(buf, sizeof buf, "malformed JSON: %s (line %d, column %d)", je.text, je.line, je.column);
     else if (!json_is_object(root)) snprintf(buf, sizeof buf, "the request body must be a JSON object");
     else return root;
