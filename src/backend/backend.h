@@ -78,6 +78,11 @@ typedef struct {
      * returns 1 so the caller clears in_major. The CPU backend uses the mapping as
      * it is and returns 0; -1 with a message on failure. */
     int (*upload_weight)(backend *b, weight *w, int transposed);
+    /* Uploads n weights of one format and width as one matrix *out (their rows
+     * stacked), so one product computes all of them; each part becomes a view of
+     * its rows (on_device 2). Returns 1 without uploading anything when the parts
+     * cannot be fused; NULL on backends that never fuse. */
+    int (*upload_fused)(backend *b, weight *const *parts, int n, weight *out);
     void (*release_weight)(backend *b, weight *w);
     void (*destroy)(backend *b);
     /* 0, or -1 with the message of the first op that failed since the last call

@@ -20,7 +20,9 @@ static const opt_spec opts[] = {
     {"--n-prompt", "-p", "N", "prompt tokens for the prefill test (default 512; 0 skips it)"},
     {"--n-gen", "-n", "N", "generated tokens for the decode test (default 128; 0 skips it)"},
     {"--repetitions", "-r", "N", "repetitions of each test (default 5)"},
+    {"--n-depth", "-d", "N", "context depth: tokens already in the cache before each test (default 0)"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
+    {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
     {"--output", "-o", "FMT", "md (default) or json"},
 };
 
@@ -37,14 +39,17 @@ typedef struct {
     double mean, sd;
 } bench_test;
 
-/* One timed run: a fresh context, then the prompt in one batch or n_gen single steps. */
-static double run_once(celer_model *m, int vocab, int n_prompt, int n_gen, unsigned *seed) {
+/* One timed run: a fresh context holding `depth` tokens (untimed), then the prompt in
+ * one batch or n_gen single steps. */
+static double run_once(celer_model *m, int vocab, int depth, int n_prompt, int n_gen, unsigned *seed) {
     int n = n_prompt ? n_prompt : n_gen;
-    int32_t *tok = malloc((size_t)n * sizeof *tok);
-    celer_session *s = tok ? celer_session_new(m, n + 1, n_prompt ? n_prompt : 1) : NULL;
+    int32_t *tok = malloc((size_t)(n + depth) * sizeof *tok);
+    int batch = n_prompt > 512 ? n_prompt : 512;
+    celer_session *s = tok ? celer_session_new(m, depth + n + 1, batch) : NULL;
     double dt = -1;
     if (s) {
-        for (int i = 0; i < n; i++) tok[i] = (int32_t)(rand_r(seed) % (unsigned)vocab);
+        for (int i = 0; i < n + depth; i++) tok[i] = (int32_t)(rand_r(seed) % (unsigned)vocab);
+        if (depth && celer_session_eval(s, tok + n, depth, NULL, 0) != 0) goto out;
         double t0 = now();
         int rc = 0;
         if (n_prompt) rc = celer_session_eval(s, tok, n_prompt, NULL, 0);
@@ -52,6 +57,7 @@ static double run_once(celer_model *m, int vocab, int n_prompt, int n_gen, unsig
             for (int i = 0; i < n_gen && rc == 0; i++) rc = celer_session_eval(s, &tok[i], 1, NULL, 0);
         if (rc == 0) dt = now() - t0;
     }
+out:
     celer_session_free(s);
     free(tok);
     return dt;
@@ -75,16 +81,18 @@ static void model_label(const celer_model_info *in, char *buf, size_t n) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    args a = {"bench", "[-m DIR] [-p 512] [-n 128] [-r 5] [-t N] [-o md|json]",
+    args a = {"bench", "[-m DIR] [-p 512] [-n 128] [-d 0] [-r 5] [-t N] [-o md|json]",
               "Measures prefill (ppN) and decode (tgN) speed, llama-bench style, against the measured limits.",
-              opts, 6, {0}};
+              opts, 8, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
+    cli_set_device(args_get(&a, "--device"));
     char defbuf[PATH_MAX];
     const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *fmt = args_get(&a, "--output");
     if (!dir) return 2;
-    long np, ng, reps, threads;
+    long np, ng, reps, threads, depth;
     if (args_int(&a, "--n-prompt", 512, 0, 1 << 20, &np) || args_int(&a, "--n-gen", 128, 0, 1 << 20, &ng) ||
+        args_int(&a, "--n-depth", 0, 0, 1 << 20, &depth) ||
         args_int(&a, "--repetitions", 5, 1, 1000, &reps) || args_int(&a, "--threads", 0, 1, 1024, &threads))
         return 2;
     if (!fmt) fmt = "md";
@@ -94,27 +102,35 @@ int cmd_bench(int argc, char **argv) {
     if (!m) { cli_error("bench", "%s", celer_last_error()); return 1; }
     celer_model_info in;
     celer_model_get_info(m, &in);
-    if (tty) fprintf(stderr, "bench: measuring read bandwidth (%d threads)\n", in.threads);
-    double bw = celer_measure_read_bandwidth(in.threads);
+    int gpu = strcmp(in.backend, "CPU") != 0;
+    if (tty) fprintf(stderr, "bench: measuring %s bandwidth\n", gpu ? "device copy" : "read");
+    double bw = celer_model_bandwidth(m);
+    char bw_what[64];
+    if (gpu) snprintf(bw_what, sizeof bw_what, "device copy bandwidth (%s, measured now)", in.backend);
+    else snprintf(bw_what, sizeof bw_what, "read bandwidth (measured now, %d threads)", in.threads);
 
     bench_test tests[2];
     int nt = 0;
     if (np) { tests[nt] = (bench_test){.n_prompt = (int)np}; snprintf(tests[nt].name, 16, "pp%ld", np); nt++; }
     if (ng) { tests[nt] = (bench_test){.n_gen = (int)ng}; snprintf(tests[nt].name, 16, "tg%ld", ng); nt++; }
+    for (int t = 0; t < nt && depth; t++) { /* llama-bench's spelling of a test at depth */
+        size_t k = strlen(tests[t].name);
+        snprintf(tests[t].name + k, sizeof tests[t].name - k, " @ d%ld", depth);
+    }
     unsigned seed = 42;
     int status = 0;
     for (int t = 0; t < nt && status == 0; t++) {
         bench_test *bt = &tests[t];
         bt->ts = calloc((size_t)reps, sizeof *bt->ts);
         int n = bt->n_prompt ? bt->n_prompt : bt->n_gen;
-        if (!bt->ts || run_once(m, in.vocab_size, bt->n_prompt ? bt->n_prompt : 0, bt->n_gen > 16 ? 16 : bt->n_gen, &seed) < 0) {
+        if (!bt->ts || run_once(m, in.vocab_size, (int)depth, bt->n_prompt ? bt->n_prompt : 0, bt->n_gen > 16 ? 16 : bt->n_gen, &seed) < 0) {
             cli_error("bench", "%s", bt->ts ? celer_last_error() : "out of memory");
             status = 1;
             break;
         }
         for (int r = 0; r < reps; r++) {
             if (tty) fprintf(stderr, "\rbench: %s run %d/%ld ", bt->name, r + 1, reps);
-            double dt = run_once(m, in.vocab_size, bt->n_prompt, bt->n_gen, &seed);
+            double dt = run_once(m, in.vocab_size, (int)depth, bt->n_prompt, bt->n_gen, &seed);
             if (dt <= 0) { cli_error("bench", "%s", celer_last_error()); status = 1; break; }
             bt->ts[r] = n / dt;
         }
@@ -136,14 +152,14 @@ int cmd_bench(int argc, char **argv) {
                 printf("| %-30s | %6.2f GiB | %8.2f B | %-10s | %7d | %15s | %20s |\n", label, gib, (double)in.n_params / 1e9,
                        in.backend, in.threads, tests[t].name, tsb);
             }
-            printf("\nread bandwidth (measured now, %d threads): %.1f GB/s\n", in.threads, bw);
+            printf("\n%s: %.1f GB/s\n", bw_what, bw);
             for (int t = 0; t < nt; t++) {
                 const bench_test *bt = &tests[t];
                 if (bt->n_gen) {
-                    double bytes = (double)in.weight_bytes + kvb * bt->n_gen / 2.0;
+                    double bytes = (double)in.weight_bytes + kvb * ((double)depth + bt->n_gen / 2.0);
                     double gbs = bytes * bt->mean / 1e9;
-                    printf("%s: %.3f GB read per token (weights + mean KV) -> %.1f GB/s = %.0f%% of read bandwidth\n",
-                           bt->name, bytes / 1e9, gbs, 100 * gbs / bw);
+                    printf("%s: %.3f GB read per token (weights + mean KV) -> %.1f GB/s = %.0f%% of the %s bandwidth\n",
+                           bt->name, bytes / 1e9, gbs, 100 * gbs / bw, gpu ? "copy" : "read");
                 } else {
                     printf("%s: %.2f GFLOP per token (layer matmuls) -> %.1f GFLOP/s\n", bt->name, flops / 1e9,
                            flops * bt->mean / 1e9);
@@ -153,12 +169,12 @@ int cmd_bench(int argc, char **argv) {
             printf("[\n");
             for (int t = 0; t < nt; t++) {
                 const bench_test *bt = &tests[t];
-                double bytes = (double)in.weight_bytes + (bt->n_gen ? kvb * bt->n_gen / 2.0 : 0);
+                double bytes = (double)in.weight_bytes + (bt->n_gen ? kvb * ((double)depth + bt->n_gen / 2.0) : 0);
                 printf("  {\"model\": \"%s\", \"model_type\": \"%s\", \"format\": \"%s\", \"size_bytes\": %llu, "
                        "\"n_params\": %lld, \"backend\": \"%s\", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, "
-                       "\"n_gen\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
+                       "\"n_gen\": %d, \"n_depth\": %ld, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
                        label, in.model_type, in.format, (unsigned long long)in.weight_bytes, (long long)in.n_params,
-                       in.backend, in.threads, bt->name, bt->n_prompt, bt->n_gen, bt->mean, bt->sd);
+                       in.backend, in.threads, bt->name, bt->n_prompt, bt->n_gen, depth, bt->mean, bt->sd);
                 for (int r = 0; r < reps; r++) printf("%s%.4f", r ? ", " : "", bt->ts[r]);
                 printf("], \"read_bandwidth_gbs\": %.3f, ", bw);
                 if (bt->n_gen)

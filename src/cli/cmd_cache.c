@@ -24,13 +24,15 @@ static const opt_spec opts[] = {
     {"--chunk", NULL, "N", "feed N tokens per forward (default 512)"},
     {"--ctx-size", "-c", "N", "context size (default: the model's limit)"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
+    {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
 };
 
 int cmd_cache(int argc, char **argv) {
     args a = {"cache", "[-m DIR] [--load-cache F] [--tokens LIST | --tokens-file F] [-o OUT] [-n N] [--save-cache F]",
-              "Evaluates tokens in a session that starts from a cache file and/or ends by writing one.", opts, 10, {0}};
+              "Evaluates tokens in a session that starts from a cache file and/or ends by writing one.", opts, 11, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
+    cli_set_device(args_get(&a, "--device"));
     char defbuf[PATH_MAX];
     const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file");
     if (!dir) return 2;

@@ -26,6 +26,7 @@ static const opt_spec opts[] = {
     {"--n-predict", "-n", "N", "tokens to generate (default 32)"},
     {"--ctx-size", "-c", "N", "context size (default: prompt + N)"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
+    {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
     {"--ignore-eos", NULL, NULL, "keep generating after the end-of-sequence token"},
     {"--stop-token", NULL, "LIST", "token ids that end generation (besides end-of-sequence)"},
     {"--stop", NULL, "TEXT", "with -p or --chat: stop when the text contains TEXT (not printed)"},
@@ -63,6 +64,7 @@ int cmd_generate(int argc, char **argv) {
               opts, (int)(sizeof opts / sizeof opts[0]), {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
+    cli_set_device(args_get(&a, "--device"));
     char defbuf[PATH_MAX];
     const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf);
     if (!dir) return 2;

@@ -17,6 +17,7 @@ static const opt_spec opts[] = {
     {"--chunk", NULL, "N", "feed N tokens per forward through the KV cache (default: all at once)"},
     {"--output", "-o", "OUT", "output .safetensors file"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
+    {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
     {"--load-cache", NULL, "FILE", "start from a KV cache file (the logits cover only the new tokens)"},
     {"--save-cache", NULL, "FILE", "write the KV cache after the tokens to FILE (celer cache reads it too)"},
     {"--ctx-size", "-c", "N", "context size (default: the tokens; with --load-cache the model's limit)"},
@@ -24,9 +25,10 @@ static const opt_spec opts[] = {
 
 int cmd_logits(int argc, char **argv) {
     args a = {"logits", "[-m DIR] (--tokens LIST | --tokens-file F) [--chunk N] -o OUT.safetensors",
-              "Runs the tokens through the model and writes logits [T, vocab] (float32).", opts, 9, {0}};
+              "Runs the tokens through the model and writes logits [T, vocab] (float32).", opts, 10, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
+    cli_set_device(args_get(&a, "--device"));
     char defbuf[PATH_MAX];
     const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *out = args_get(&a, "--output");
     if (!dir) return 2;

@@ -41,6 +41,7 @@ static const opt_spec opts[] = {
     {"--n-predict", "-n", "N", "most tokens per answer (default: until end of turn or context)"},
     {"--ctx-size", "-c", "N", "context size in tokens (default: the model's, at most 4096)"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
+    {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
     {"--quiet", "-q", NULL, "no status lines on stderr (loading, per-answer speed)"},
     CLI_SAMPLING_OPTS,
 };
@@ -459,6 +460,7 @@ int cmd_run(int argc, char **argv) {
     }
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
+    cli_set_device(args_get(&a, "--device"));
     long n_pred, ctx, threads;
     if (args_int(&a, "--n-predict", -1, -1, 1 << 24, &n_pred) || args_int(&a, "--ctx-size", 0, 16, 1 << 24, &ctx) ||
         args_int(&a, "--threads", 0, 1, 1024, &threads))

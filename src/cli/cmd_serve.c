@@ -12,6 +12,7 @@
 #include "base/limits.h"
 #include "celer.h"
 #include "cli/args.h"
+#include "cli/load.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "server/server.h"
@@ -26,6 +27,7 @@ static const opt_spec opts[] = {
     {"--parallel", "-np", "N", "slots: requests decoded together (default 4)"},
     {"--n-predict", "-n", "N", "default max_tokens (default -1: until the context is full)"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
+    {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
     {"--batch-size", "-b", "N", "prompt tokens prefilled per step over all slots (default 512)"},
     {"--api-key", NULL, "KEY", "require the header 'Authorization: Bearer KEY'"},
     {"--metrics", NULL, NULL, "serve GET /metrics (Prometheus text format)"},
@@ -79,6 +81,7 @@ int cmd_serve(int argc, char **argv) {
               opts, (int)(sizeof opts / sizeof opts[0]), {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
+    cli_set_device(args_get(&a, "--device"));
     apply_env(&a);
     long port, ctx, np, npred, threads, batch, cache_mib, queue, max_body, max_prompt, max_tokens, max_conc, timeout;
     if (args_int(&a, "--port", 8080, 0, 65535, &port) || args_int(&a, "--ctx-size", 0, 0, 1 << 24, &ctx) ||
@@ -101,6 +104,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.ctx_size = (int)ctx;
     cfg.n_predict = (int)npred;
     cfg.n_threads = (int)threads;
+    cfg.device = cli_device();
     cfg.batch_size = (int)batch;
     cfg.api_key = args_get(&a, "--api-key");
     cfg.metrics = args_get(&a, "--metrics") != NULL;

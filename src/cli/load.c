@@ -77,8 +77,14 @@ static void *status_main(void *arg) {
     return NULL;
 }
 
+static const char *g_device; /* borrowed from argv */
+
+void cli_set_device(const char *device) { g_device = device; }
+
+const char *cli_device(void) { return g_device; }
+
 celer_model *cli_model_open(const char *cmd, const char *dir, int n_threads, int quiet) {
-    if (quiet || !isatty(2)) return celer_model_open(dir, n_threads);
+    if (quiet || !isatty(2)) return celer_model_open_on(dir, n_threads, g_device);
     status_line s;
     memset(&s, 0, sizeof s);
     pthread_mutex_init(&s.mu, NULL);
@@ -93,7 +99,7 @@ celer_model *cli_model_open(const char *cmd, const char *dir, int n_threads, int
     fflush(stderr);
     pthread_t th;
     int ticking = pthread_create(&th, NULL, status_main, &s) == 0;
-    celer_model *m = celer_model_open(dir, n_threads);
+    celer_model *m = celer_model_open_on(dir, n_threads, g_device);
     if (ticking) {
         pthread_mutex_lock(&s.mu);
         s.done = 1;

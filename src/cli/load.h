@@ -7,13 +7,16 @@
 
 #include "celer.h"
 
-/* celer_model_open(dir, n_threads), and while it runs, when stderr is a terminal and
+/* celer_model_open_on(dir, n_threads, cli_device()), and while it runs, when stderr is a terminal and
  * quiet is 0, one status line: "celer CMD: loading DIR (SIZE in N files) ... T s",
  * its elapsed time updated twice a second, erased when the model is open. The
  * weights are mapped, not read, so the line tells what there is to map and how long
  * it takes, not a made-up percentage. NULL on error (celer_last_error() says why;
  * nothing printed). */
 celer_model *cli_model_open(const char *cmd, const char *dir, int n_threads, int quiet);
+/* The device cli_model_open loads onto (the command's --device; NULL: auto). */
+void cli_set_device(const char *device);
+const char *cli_device(void);
 
 /* Bytes and count of the *.safetensors files in dir (0 and 0 when none or dir
  * cannot be read). */

@@ -44,6 +44,7 @@ model_scratch *model_scratch_new(const model *m, int max_T) {
         !ALLOC(s->moe_work, E ? (size_t)MOE_WORK(T, H, Im) * f : 0, "expert work") ||
         !ALLOC(s->ple, T * (size_t)LP * f, "per-layer inputs") || !ALLOC(s->ple_tok, T * (size_t)LP * f, "per-layer inputs") ||
         !ALLOC(s->pg, T * (size_t)c->ple_dim * f, "per-layer inputs") ||
+        !ALLOC(s->qkv, (size_t)(qd + 2 * kd) * f, "activations") || !ALLOC(s->gu, 2 * (size_t)I * f, "activations") ||
         !ALLOC(s->logits, T * (size_t)c->vocab * f, "logits") || !ALLOC(s->pos, T * sizeof(int32_t), "positions")) {
         model_scratch_free(s);
         return NULL;
@@ -55,7 +56,7 @@ model_scratch *model_scratch_new(const model *m, int max_T) {
 void model_scratch_free(model_scratch *s) {
     if (!s) return;
     void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->gate, s->up, s->ffn, s->xn2, s->router, s->sel,
-                    s->selw, s->moe_work, s->ple, s->ple_tok, s->pg, s->logits, s->pos};
+                    s->selw, s->moe_work, s->ple, s->ple_tok, s->pg, s->qkv, s->gu, s->logits, s->pos};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) s->be->ops->release(s->be, bufs[i]);
     free(s->pos_host);
     free(s);
@@ -105,35 +106,38 @@ static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scra
         op->rmsnorm(b, s->x, w->attn_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
         h = s->xn;
     }
-    op->matmul(b, &w->wq, h, s->q, T);
-    add_bias(b, s->q, w->bq, T, qd);
-    if (p->qk_norm) op->rmsnorm(b, s->q, w->q_norm, s->q, T * p->n_heads, p->head_dim, c->eps, c->norm_plus_one);
-    if (rope) op->rope(b, s->q, T, p->n_heads, p->head_dim, s->pos, rope);
+    /* a decode step with fused weights computes q|k|v as one row of one product */
+    const int fused = T == 1 && w->wqkv.data;
+    float *q = fused ? s->qkv : s->q, *k = fused ? s->qkv + qd : s->k, *v = fused ? s->qkv + qd + kd : s->v;
+    op->matmul(b, fused ? &w->wqkv : &w->wq, h, q, T);
+    add_bias(b, q, w->bq, T, qd);
+    if (p->qk_norm) op->rmsnorm(b, q, w->q_norm, q, T * p->n_heads, p->head_dim, c->eps, c->norm_plus_one);
+    if (rope) op->rope(b, q, T, p->n_heads, p->head_dim, s->pos, rope);
 
     int src = l;
     if (p->kv_source >= 0) {
         src = p->kv_source;   /* its rows for these positions were appended by layer src already */
     } else {
-        op->matmul(b, &w->wk, h, s->k, T);
-        add_bias(b, s->k, w->bk, T, kd);
+        if (!fused) op->matmul(b, &w->wk, h, k, T);
+        add_bias(b, k, w->bk, T, kd);
         if (p->k_eq_v) {
-            op->copy(b, s->v, s->k, (size_t)T * (size_t)kd * sizeof(float)); /* V is k_proj's output before k_norm */
+            op->copy(b, v, k, (size_t)T * (size_t)kd * sizeof(float)); /* V is k_proj's output before k_norm */
         } else {
-            op->matmul(b, &w->wv, h, s->v, T);
-            add_bias(b, s->v, w->bv, T, kd);
+            if (!fused) op->matmul(b, &w->wv, h, v, T);
+            add_bias(b, v, w->bv, T, kd);
         }
-        if (p->qk_norm) op->rmsnorm(b, s->k, w->k_norm, s->k, T * p->n_kv, p->head_dim, c->eps, c->norm_plus_one);
-        if (p->v_norm) op->rmsnorm(b, s->v, NULL, s->v, T * p->n_kv, p->head_dim, c->eps, 0);
-        if (rope) op->rope(b, s->k, T, p->n_kv, p->head_dim, s->pos, rope);
+        if (p->qk_norm) op->rmsnorm(b, k, w->k_norm, k, T * p->n_kv, p->head_dim, c->eps, c->norm_plus_one);
+        if (p->v_norm) op->rmsnorm(b, v, NULL, v, T * p->n_kv, p->head_dim, c->eps, 0);
+        if (rope) op->rope(b, k, T, p->n_kv, p->head_dim, s->pos, rope);
     }
     /* each sequence writes its rows into its own cache and attends over it */
     attn_params ap = {p->n_heads, p->n_kv, p->head_dim, p->attn_scale, p->window, p->attn_softcap, w->sinks};
     for (int i = 0, r = 0; i < n_seqs; r += seqs[i++].T) {
         const int Ti = seqs[i].T;
-        if (src == l && kv_append(seqs[i].caches[l], s->k + r * kd, s->v + r * kd, s->pos_host + r, Ti) != 0) return -1;
+        if (src == l && kv_append(seqs[i].caches[l], k + r * kd, v + r * kd, s->pos_host + r, Ti) != 0) return -1;
         attn_kv kv;
         kv_view(seqs[i].caches[src], &kv);
-        op->attention(b, s->q + r * qd, s->pos + r, Ti, &kv, &ap, s->att + r * qd);
+        op->attention(b, q + r * qd, s->pos + r, Ti, &kv, &ap, s->att + r * qd);
     }
     op->matmul(b, &w->wo, s->att, s->xn, T);
     add_bias(b, s->xn, w->bo, T, H);
@@ -186,10 +190,17 @@ static void ffn_block(model *m, model_scratch *s, int l, int T) {
     }
     float *f = s->xn;
     if (p->inter > 0) {
-        op->matmul(b, &w->gate, h, s->gate, T);
-        op->matmul(b, &w->up, h, s->up, T);
-        op->glu(b, s->gate, s->up, (long)T * p->inter, (int)c->act);
-        op->matmul(b, &w->down, s->gate, s->xn, T);
+        float *g = s->gate, *u = s->up;
+        if (T == 1 && w->wgu.data) { /* decode with fused weights: gate|up as one row */
+            g = s->gu;
+            u = s->gu + p->inter;
+            op->matmul(b, &w->wgu, h, g, 1);
+        } else {
+            op->matmul(b, &w->gate, h, g, T);
+            op->matmul(b, &w->up, h, u, T);
+        }
+        op->glu(b, g, u, (long)T * p->inter, (int)c->act);
+        op->matmul(b, &w->down, g, s->xn, T);
     }
     if (p->moe.n_experts > 0) {
         if (p->moe.beside_mlp) {

@@ -100,6 +100,9 @@ typedef struct {
     moe_weights moe;
     float *moe_pre_norm, *mlp_post_norm1, *moe_post_norm; /* [H] Gemma 4 MoE branch norms */
     weight ple_gate, ple_proj;      /* [P, H], [H, P] per-layer input gate and projection */
+    weight wqkv, wgu;               /* device backends: [qd + 2 kd, H] and [2I, H], the rows of wq|wk|wv
+                                     * and gate|up as one product (model/upload.c), used for decode
+                                     * steps; the parts are views of them. data NULL otherwise */
     float *ple_post_norm;           /* [H] */
     float layer_scalar;             /* 1 when the plan has none */
 } layer_weights;
@@ -205,6 +208,8 @@ typedef struct {
     float *ple;    /* [max_T, L, P] per-layer inputs */
     float *ple_tok; /* [max_T, L, P] per-layer token embeddings */
     float *pg;     /* [max_T, P] per-layer gate */
+    float *qkv;    /* [qd + 2 kd] one row of the fused q|k|v product */
+    float *gu;     /* [2I] one row of the fused gate|up product */
     float *logits; /* [max_T, V] */
     int32_t *pos;  /* [max_T] positions of the rows, in backend memory */
     int32_t *pos_host; /* [max_T] the same on the host (cache bookkeeping) */

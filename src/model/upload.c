@@ -9,6 +9,12 @@
 #include "model/model.h"
 
 typedef int (*weight_fn)(model *m, weight *w, int in_major, void *ctx);
+
+/* $name=0 turns a default-on device optimization off (A/B runs). */
+static int getenv_off(const char *name) {
+    const char *e = getenv(name);
+    return e && strcmp(e, "0") == 0;
+}
 typedef int (*vec_fn)(model *m, float **v, int64_t n, void *ctx);
 
 /* Every bound weight once (the tied head is the embedding, visited once). */
@@ -16,6 +22,10 @@ static int each_weight(model *m, weight_fn fn, void *ctx) {
     const model_config *c = &m->cfg;
 #define W(w, im) do { if ((w)->data && fn(m, (w), (im), ctx) != 0) return -1; } while (0)
     W(&m->embed, 0);
+    for (int l = 0; m->lw && l < c->n_layers; l++) {
+        W(&m->lw[l].wqkv, 0);
+        W(&m->lw[l].wgu, 0);
+    }
     W(&m->ple_embed, 0);
     W(&m->ple_model_proj, 0);
     for (int l = 0; m->lw && m->plan && l < c->n_layers; l++) {
@@ -66,6 +76,7 @@ static int each_vec(model *m, vec_fn fn, void *ctx) {
 
 static int up_weight(model *m, weight *w, int in_major, void *ctx) {
     int *transposed = ctx;
+    if (w->on_device) return 0; /* fused, or a view of a fused weight */
     int rc = m->be->ops->upload_weight(m->be, w, in_major);
     if (rc < 0) return -1;
     if (rc == 1) *transposed = 1;
@@ -85,12 +96,26 @@ static int up_vec(model *m, float **v, int64_t n, void *ctx) {
     return 0;
 }
 
+/* Fuses each layer's q|k|v and gate|up where the backend can (same format and
+ * width): one product per decode step instead of three and two. */
+static int fuse_layers(model *m) {
+    backend *b = m->be;
+    if (!b->ops->upload_fused || getenv_off("CELER_FUSE")) return 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        layer_weights *w = &m->lw[l];
+        weight *qkv[3] = {&w->wq, &w->wk, &w->wv}, *gu[2] = {&w->gate, &w->up};
+        if (w->wq.data && w->wk.data && w->wv.data && b->ops->upload_fused(b, qkv, 3, &w->wqkv) < 0) return -1;
+        if (w->gate.data && w->up.data && b->ops->upload_fused(b, gu, 2, &w->wgu) < 0) return -1;
+    }
+    return 0;
+}
+
 int model_upload(model *m) {
     if (!m->be->ops->on_device) return 0;
     int transposed = 0, failed = 0;
     m->on_device = 1;
     each_vec(m, up_vec, &failed);
-    if (failed || each_weight(m, up_weight, &transposed) != 0)
+    if (failed || fuse_layers(m) != 0 || each_weight(m, up_weight, &transposed) != 0)
         return err_prefix("uploading %s to %s", m->ck->dir, m->be->ops->name);
     if (m->cfg.tie) m->lm_head = m->embed;
     /* input-major experts are now stored [out, in] */
@@ -101,7 +126,7 @@ int model_upload(model *m) {
 
 static int rel_weight(model *m, weight *w, int in_major, void *ctx) {
     (void)in_major; (void)ctx;
-    if (w->on_device) m->be->ops->release_weight(m->be, w);
+    if (w->on_device == 1) m->be->ops->release_weight(m->be, w);
     return 0;
 }
 

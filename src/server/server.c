@@ -26,7 +26,7 @@ srv *srv_start(const srv_config *cfg) {
 int srv_load(srv *s) {
     const char *tdir = s->cfg.tokenizer_dir ? s->cfg.tokenizer_dir : s->cfg.model_dir;
     if (!(s->tok = celer_tokenizer_open(tdir))) return err_prefix("tokenizer");
-    if (!(s->model = celer_model_open(s->cfg.model_dir, s->cfg.n_threads))) return -1;
+    if (!(s->model = celer_model_open_on(s->cfg.model_dir, s->cfg.n_threads, s->cfg.device))) return -1;
     celer_model_get_info(s->model, &s->info);
     if (s->cfg.ctx_size <= 0) s->cfg.ctx_size = s->info.max_context > 0 && s->info.max_context < 4096 ? s->info.max_context : 4096;
     if (s->cfg.batch_size <= 0) s->cfg.batch_size = 512;

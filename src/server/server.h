@@ -42,6 +42,7 @@ typedef struct {
     int ctx_size;               /* tokens of context per slot; 0: min(model, 4096) */
     int n_predict;              /* default max_tokens; -1: until the context is full */
     int n_threads;              /* CPU threads of the model; 0: all cores */
+    const char *device;         /* "cpu", "cuda", "cuda:N"; NULL: auto (a GPU when present) */
     int batch_size;             /* prompt tokens prefilled per step (all slots together) */
     const char *api_key;        /* NULL: no authentication */
     int metrics;                /* serve GET /metrics */

@@ -28,7 +28,8 @@ typedef struct {
     scale_type stype;
     int bits, group;       /* quantized formats */
     size_t nbytes;         /* bytes one full product reads */
-    int on_device;         /* data/scales/biases are a device backend's copies */
+    int on_device;         /* 1: data/scales/biases are a device backend's copies, owned here;
+                            * 2: a view of rows of another weight's device copy */
 } weight;
 
 typedef enum { QM_NONE, QM_AFFINE, QM_MXFP4 } quant_mode;

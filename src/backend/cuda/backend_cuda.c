@@ -8,12 +8,18 @@
  *
  * Ops cannot return errors (the forward pass is a straight line of them), so the
  * first failure is kept and reported by `status`, which the forward checks at its
- * end; later ops are skipped. */
+ * end; later ops are skipped.
+ *
+ * Small uploads (token ids, positions) go through a pinned staging ring: a copy from
+ * pageable memory would make the stream wait for all earlier work, so each decode
+ * step would stall the host once per layer. With CELER_STATS=1 the backend prints
+ * what a forward costs the host: calls, uploads, time enqueueing and time waiting. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -37,7 +43,23 @@ typedef struct {
     grow_buf mv, xbf, wbf, att, tok, route, moe_idx, moe_w;
     void *host_route;     /* host staging of router logits and selections */
     size_t host_route_cap;
+    char *stage;          /* pinned [2][STAGE_HALF] upload staging */
+    int half;             /* the half being filled */
+    size_t used;          /* bytes of it used */
+    cudaEvent_t left[2];  /* recorded when the fill moved off each half */
+    int pending[2];
+    /* CELER_STATS counters */
+    long n_forwards, n_calls, n_uploads, n_waits;
+    double t_enqueue, t_wait, t_mark; /* t_mark: the end of the last wait */
 } cuda_backend;
+
+#define STAGE_HALF ((size_t)4 << 20)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static cuda_backend *cu(backend *b) { return b->impl; }
 
@@ -71,6 +93,8 @@ static void *grow(cuda_backend *c, grow_buf *g, size_t bytes, const char *what) 
 
 static int status(backend *b) {
     cuda_backend *c = cu(b);
+    c->n_forwards++;
+    if (c->t_mark > 0) c->t_enqueue += now_s() - c->t_mark; /* host time since the last result */
     if (!c->failed) {
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) {
@@ -117,7 +141,27 @@ static void cuda_copy(backend *b, void *dst, const void *src, size_t n) {
 
 static void cuda_upload(backend *b, void *dst, const void *host, size_t n) {
     cuda_backend *c = cu(b);
-    if (n && !c->failed) cuda_ok(c, cudaMemcpyAsync(dst, host, n, cudaMemcpyHostToDevice, c->stream), "upload");
+    if (!n || c->failed) return;
+    c->n_uploads++;
+    if (!c->stage || n > STAGE_HALF / 4) { /* large (weights at load time): the plain copy */
+        cuda_ok(c, cudaMemcpyAsync(dst, host, n, cudaMemcpyHostToDevice, c->stream), "upload");
+        return;
+    }
+    if (c->used + n > STAGE_HALF) {
+        /* move to the other half once the copies that read it last have run */
+        cuda_ok(c, cudaEventRecord(c->left[c->half], c->stream), "upload");
+        c->pending[c->half] = 1;
+        c->half ^= 1;
+        c->used = 0;
+        if (c->pending[c->half]) {
+            cuda_ok(c, cudaEventSynchronize(c->left[c->half]), "upload");
+            c->pending[c->half] = 0;
+        }
+    }
+    char *p = c->stage + (size_t)c->half * STAGE_HALF + c->used;
+    memcpy(p, host, n);
+    c->used += (n + 15) & ~(size_t)15;
+    cuda_ok(c, cudaMemcpyAsync(dst, p, n, cudaMemcpyHostToDevice, c->stream), "upload");
 }
 
 static void cuda_download(backend *b, void *host, const void *src, size_t n) {
@@ -126,8 +170,12 @@ static void cuda_download(backend *b, void *host, const void *src, size_t n) {
         memset(host, 0, n);
         return;
     }
+    double t0 = now_s();
     if (cuda_ok(c, cudaMemcpyAsync(host, src, n, cudaMemcpyDeviceToHost, c->stream), "download"))
         cuda_ok(c, cudaStreamSynchronize(c->stream), "download");
+    c->n_waits++;
+    c->t_mark = now_s();
+    c->t_wait += c->t_mark - t0;
 }
 
 /* ---- weights ----------------------------------------------------------------- */
@@ -235,9 +283,50 @@ static int upload_weight(backend *b, weight *w, int transposed) {
     return rc;
 }
 
+/* One allocation per array (data, scales, biases) holding every part's rows in order. */
+static int upload_fused(backend *b, weight *const *parts, int n, weight *out) {
+    const weight *p0 = parts[0];
+    size_t nd = 0, ns = 0, nb = 0, d, sc, bi;
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        const weight *w = parts[i];
+        if (w->on_device || w->fmt != p0->fmt || w->cols != p0->cols || w->bits != p0->bits || w->group != p0->group ||
+            w->stype != p0->stype || !cuk_matvec_supports(w) || (w->scales == NULL) != (p0->scales == NULL) ||
+            (w->biases == NULL) != (p0->biases == NULL))
+            return 1;
+        weight_sizes(w, &d, &sc, &bi);
+        nd += d, ns += sc, nb += bi, rows += w->rows;
+    }
+    weight f = *p0;
+    f.rows = rows;
+    f.nbytes = 0;
+    f.data = f.scales = f.biases = NULL;
+    f.on_device = 1;
+    if (!(f.data = cuda_alloc(b, nd)) || (ns && !(f.scales = cuda_alloc(b, ns))) || (nb && !(f.biases = cuda_alloc(b, nb)))) {
+        release_weight(b, &f);
+        return -1;
+    }
+    size_t od = 0, os = 0, ob = 0;
+    for (int i = 0; i < n; i++) {
+        weight *w = parts[i];
+        weight_sizes(w, &d, &sc, &bi);
+        cuda_upload(b, (char *)f.data + od, w->data, d);
+        if (sc) cuda_upload(b, (char *)f.scales + os, w->scales, sc);
+        if (bi) cuda_upload(b, (char *)f.biases + ob, w->biases, bi);
+        w->data = (char *)f.data + od;
+        w->scales = sc ? (char *)f.scales + os : NULL;
+        w->biases = bi ? (char *)f.biases + ob : NULL;
+        w->on_device = 2;
+        f.nbytes += w->nbytes;
+        od += d, os += sc, ob += bi;
+    }
+    *out = f;
+    return cu(b)->failed ? status(b) : 0;
+}
+
 /* ---- arithmetic -------------------------------------------------------------- */
 
-#define RUN(call) do { if (!c->failed && (call) != 0) fail(c); } while (0)
+#define RUN(call) do { c->n_calls++; if (!c->failed && (call) != 0) fail(c); } while (0)
 
 static void cuda_matmul(backend *b, const weight *w, const float *x, float *y, int T) {
     cuda_backend *c = cu(b);
@@ -435,12 +524,21 @@ static double bandwidth(backend *b) {
 static void destroy(backend *b) {
     cuda_backend *c = cu(b);
     if (c) {
+        const char *st = getenv("CELER_STATS");
+        if (st && strcmp(st, "1") == 0 && c->n_forwards > 0)
+            fprintf(stderr, "cuda: %ld forwards; per forward: %.0f kernel calls, %.1f uploads, %.2f waits, "
+                            "%.3f ms on the host from the last result to the end of enqueueing, %.3f ms waiting for results\n",
+                    c->n_forwards, (double)c->n_calls / c->n_forwards, (double)c->n_uploads / c->n_forwards,
+                    (double)c->n_waits / c->n_forwards, 1e3 * c->t_enqueue / c->n_forwards, 1e3 * c->t_wait / c->n_forwards);
         if (c->stream) cudaStreamSynchronize(c->stream);
         grow_buf *g[] = {&c->mv, &c->xbf, &c->wbf, &c->att, &c->tok, &c->route, &c->moe_idx, &c->moe_w};
         for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) cudaFree(g[i]->p);
         if (c->blas) cublasDestroy(c->blas);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c->host_route);
+        if (c->stage) cudaFreeHost(c->stage);
+        for (int i = 0; i < 2; i++)
+            if (c->left[i]) cudaEventDestroy(c->left[i]);
         free(c);
     }
     free(b);
@@ -455,6 +553,7 @@ static const backend_ops cuda_ops = {
     .upload = cuda_upload,
     .download = cuda_download,
     .upload_weight = upload_weight,
+    .upload_fused = upload_fused,
     .release_weight = release_weight,
     .destroy = destroy,
     .status = status,
@@ -509,5 +608,12 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols) {
         return NULL;
     }
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    if (cudaMallocHost((void **)&c->stage, 2 * STAGE_HALF) != cudaSuccess ||
+        cudaEventCreateWithFlags(&c->left[0], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&c->left[1], cudaEventDisableTiming) != cudaSuccess) {
+        err_set("GPU %d: cannot allocate %zu MiB of pinned staging memory", device_id, 2 * STAGE_HALF >> 20);
+        destroy(b);
+        return NULL;
+    }
     return b;
 }

@@ -43,25 +43,35 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_16(const uint16_t *__
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < T; t++) acc[r][t] = 0.f;
-    for (long j = (long)lane * 8; j < cols; j += 256) {
-        uint4 v[R];
+    /* U loads of 16 bytes per row in flight per lane before any is used */
+    constexpr int U = R == 1 ? 4 : 2;
+    for (long j0 = (long)lane * 8; j0 < cols; j0 += 256L * U) {
+        uint4 v[U][R];
 #pragma unroll
-        for (int r = 0; r < R; r++) v[r] = ld_stream(wr[r] + j);
-        float xv[T][8];
+        for (int q = 0; q < U; q++)
 #pragma unroll
-        for (int t = 0; t < T; t++) {
-            const float4 a = __ldg((const float4 *)(x + t * cols + j)), b = __ldg((const float4 *)(x + t * cols + j + 4));
-            xv[t][0] = a.x; xv[t][1] = a.y; xv[t][2] = a.z; xv[t][3] = a.w;
-            xv[t][4] = b.x; xv[t][5] = b.y; xv[t][6] = b.z; xv[t][7] = b.w;
-        }
+            for (int r = 0; r < R; r++)
+                v[q][r] = j0 + 256L * q < cols ? ld_stream(wr[r] + j0 + 256L * q) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            float w[8];
-            if (BF) unpack_bf16(v[r], w); else unpack_f16(v[r], w);
+        for (int q = 0; q < U; q++) {
+            const long j = j0 + 256L * q;
+            if (j >= cols) break;
+            float xv[T][8];
 #pragma unroll
-            for (int t = 0; t < T; t++)
+            for (int t = 0; t < T; t++) {
+                const float4 a = __ldg((const float4 *)(x + t * cols + j)), b = __ldg((const float4 *)(x + t * cols + j + 4));
+                xv[t][0] = a.x; xv[t][1] = a.y; xv[t][2] = a.z; xv[t][3] = a.w;
+                xv[t][4] = b.x; xv[t][5] = b.y; xv[t][6] = b.z; xv[t][7] = b.w;
+            }
 #pragma unroll
-                for (int k = 0; k < 8; k++) acc[r][t] += w[k] * xv[t][k];
+            for (int r = 0; r < R; r++) {
+                float w[8];
+                if (BF) unpack_bf16(v[q][r], w); else unpack_f16(v[q][r], w);
+#pragma unroll
+                for (int t = 0; t < T; t++)
+#pragma unroll
+                    for (int k = 0; k < 8; k++) acc[r][t] += w[k] * xv[t][k];
+            }
         }
     }
 #pragma unroll
@@ -196,65 +206,75 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_affine(const uint32_t
 }
 
 /* MLX affine, BITS 4 or 8, on float activations (the default: exact to float
- * rounding, which the int8 path above is not; see docs/cuda-backend.md). Each lane
- * reads QB codes of a row per step; over them dot(w, x) = scale * sum(code * x) +
- * bias * sum(x), since QB codes never straddle a group (group >= QB). */
+ * rounding, which the int8 path above is not; see docs/cuda-backend.md). Lane l
+ * takes words l, l + 32, ... of the row (PW codes each), so a warp's weight loads
+ * are 128 contiguous bytes and its x loads stay within a few cache lines; U words
+ * per lane are in flight at once. Over a word, dot(w, x) = scale * sum(code * x) +
+ * bias * sum(x) (a word never straddles a group). */
+__device__ __forceinline__ uint32_t ld_stream_u32(const uint32_t *p) {
+    uint32_t r;
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
+    return r;
+}
+
 template <int T, int R, int BITS>
 __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_affine_f(const uint32_t *__restrict__ W, const void *__restrict__ S,
                                                                   const void *__restrict__ B, int stype, int gs,
                                                                   const float *__restrict__ x, float *__restrict__ y,
                                                                   int rows, long cols) {
-    constexpr int QB = 128 / BITS, PW = 32 / BITS; /* codes per 16-byte load, per word */
+    constexpr int PW = 32 / BITS, U = T <= 2 ? 16 : 8; /* codes per word, words in flight per lane */
     constexpr uint32_t MASK = (1u << BITS) - 1;
     const int lane = threadIdx.x & 31, row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
     if (row0 >= rows) return;
-    const long wpr = cols * BITS / 32, ng = cols / gs;
+    const long wpr = cols / PW, ng = cols / gs;
+    const int wshift = __ffs(gs / PW) - 1; /* words per group is a power of two: group index = word >> wshift */
     float acc[R][T];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < T; t++) acc[r][t] = 0.f;
-    for (long c0 = (long)lane * QB; c0 < cols; c0 += 32L * QB) {
-        uint4 v[R];
+    for (long w0 = lane; w0 < wpr; w0 += 32L * U) {
+        uint32_t u[R][U];
 #pragma unroll
-        for (int r = 0; r < R; r++) v[r] = ld_stream(W + (long)min(row0 + r, rows - 1) * wpr + c0 * BITS / 32);
-        float dot[R][T], sx[T];
+        for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int t = 0; t < T; t++) {
-            sx[t] = 0.f;
+            for (int i = 0; i < U; i++) {
+                const long wi = w0 + 32L * i;
+                u[r][i] = wi < wpr ? ld_stream_u32(W + (long)min(row0 + r, rows - 1) * wpr + wi) : 0u;
+            }
 #pragma unroll
-            for (int r = 0; r < R; r++) dot[r][t] = 0.f;
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float xs[T][PW];
+        for (int i = 0; i < U; i++) {
+            const long wi = w0 + 32L * i;
+            if (wi >= wpr) break;
+            const long c = wi * PW;
+            float xs[T][PW], sx[T];
 #pragma unroll
             for (int t = 0; t < T; t++) {
 #pragma unroll
                 for (int k = 0; k < PW; k += 4) {
-                    const float4 a = __ldg((const float4 *)(x + t * cols + c0 + i * PW + k));
+                    const float4 a = __ldg((const float4 *)(x + t * cols + c + k));
                     xs[t][k] = a.x; xs[t][k + 1] = a.y; xs[t][k + 2] = a.z; xs[t][k + 3] = a.w;
                 }
+                sx[t] = 0.f;
 #pragma unroll
                 for (int k = 0; k < PW; k++) sx[t] += xs[t][k];
             }
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const uint32_t u = i == 0 ? v[r].x : i == 1 ? v[r].y : i == 2 ? v[r].z : v[r].w;
+                float dot[T];
+#pragma unroll
+                for (int t = 0; t < T; t++) dot[t] = 0.f;
 #pragma unroll
                 for (int k = 0; k < PW; k++) {
-                    const float code = (float)((u >> (BITS * k)) & MASK);
+                    const float code = (float)((u[r][i] >> (BITS * k)) & MASK);
 #pragma unroll
-                    for (int t = 0; t < T; t++) dot[r][t] += code * xs[t][k];
+                    for (int t = 0; t < T; t++) dot[t] += code * xs[t][k];
                 }
+                const long g = (long)min(row0 + r, rows - 1) * ng + (wi >> wshift);
+                const float sc = scale_load(S, stype, g), bi = scale_load(B, stype, g);
+#pragma unroll
+                for (int t = 0; t < T; t++) acc[r][t] += sc * dot[t] + bi * sx[t];
             }
-        }
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const long g = (long)min(row0 + r, rows - 1) * ng + c0 / gs;
-            const float sc = scale_load(S, stype, g), bi = scale_load(B, stype, g);
-#pragma unroll
-            for (int t = 0; t < T; t++) acc[r][t] += sc * dot[r][t] + bi * sx[t];
         }
     }
 #pragma unroll
@@ -349,7 +369,8 @@ extern "C" int cuk_matvec_supports(const weight *w) {
     case WF_BF16:
     case WF_F16: return w->cols % 8 == 0;
     case WF_F32: return 1;
-    case WF_AFFINE: return (w->bits == 4 || w->bits == 8) && w->group >= 32 && w->cols % 32 == 0;
+    case WF_AFFINE: /* groups of 32, 64 or 128 (powers of two: the kernels shift) */
+        return (w->bits == 4 || w->bits == 8) && (w->group == 32 || w->group == 64 || w->group == 128) && w->cols % 32 == 0;
     default: return 0;
     }
 }

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# tests/cli_device.sh: --device on the commands that load a model. cpu gives the same
+# tokens as auto (no GPU in this suite: tests/run.sh sets CELER_DEVICE=cpu, and a
+# plain auto falls back to the CPU where no GPU driver is present); bad values and a
+# GPU where none can be used are one clear error naming the device and a non-zero
+# exit. `make test-cuda` runs the GPU side on the GPU machine.
+set -u
+C=${CELER_BIN:-build/celer}
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+
+for cmd in generate logits bench serve run cache; do
+  if "$C" $cmd --help 2>&1 | grep -q -- "--device DEV .*cpu, cuda, cuda:N or auto"; then ok "$cmd --help names --device"
+  else bad "$cmd --help lacks --device"; fi
+done
+
+a=$("$C" generate --device cpu --tokens 0,301,359 -n 5 2>/dev/null); rc=$?
+b=$(env -u CELER_DEVICE "$C" generate --tokens 0,301,359 -n 5 2>/dev/null)
+if [ $rc = 0 ] && [ -n "$a" ] && { [ -e /dev/nvidiactl ] || [ "$a" = "$b" ]; }; then ok "--device cpu = auto here ($a)"
+else bad "--device cpu ($rc): '$a' vs auto '$b'"; fi
+
+for dev in bogus cuda:x cuda:-1 cudax; do
+  out=$("$C" generate --device "$dev" --tokens 1,2 -n 1 2>&1); rc=$?
+  if [ $rc != 0 ] && grep -q "error: .*$dev" <<<"$out" && [ "$(wc -l <<<"$out")" = 1 ]; then ok "--device $dev: $out"
+  else bad "--device $dev ($rc): $out"; fi
+done
+out=$(CELER_DEVICE=bogus "$C" generate --tokens 1,2 -n 1 2>&1); rc=$?
+if [ $rc != 0 ] && grep -q 'unknown device "bogus"' <<<"$out"; then ok "CELER_DEVICE=bogus: $out"; else bad "CELER_DEVICE=bogus ($rc): $out"; fi
+
+if [ ! -e /dev/nvidiactl ]; then
+  # no GPU here: asking for one is an error that says why (the library, or the GPU)
+  out=$("$C" generate --device cuda --tokens 1,2 -n 1 2>&1); rc=$?
+  if [ $rc != 0 ] && grep -q "device cuda" <<<"$out"; then ok "--device cuda without a GPU: $out"
+  else bad "--device cuda without a GPU ($rc): $out"; fi
+fi
+echo "@@ $pass passed $fail failed"
+[ $fail = 0 ]
