@@ -10,6 +10,14 @@
 #include "../fuzz/replay_tokenizer_json.h"
 #include "harness.h"
 
+/* Harnesses whose whole job is one call: replayed by their own entry point, renamed. */
+#define LLVMFuzzerTestOneInput fuzz_config_one
+#include "../fuzz/fuzz_config.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_jinja_one
+#include "../fuzz/fuzz_jinja.c"
+#undef LLVMFuzzerTestOneInput
+
 /* Calls fn on every file of dir; the number of files, -1 when dir is missing. */
 static int each_file(const char *dir, void (*fn)(const char *path, const char *name)) {
     DIR *d = opendir(dir);
@@ -54,7 +62,31 @@ static void server_request(void) {
     replay_server_free();
 }
 
+static int (*g_entry)(const uint8_t *, size_t);
+
+static void one_entry(const char *path, const char *name) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL, "cannot open %s", path);
+    if (!f) return;
+    static unsigned char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    CHECK(g_entry(buf, n) == 0, "%s: harness returned non-zero", name);
+}
+
+static void config(void) {
+    g_entry = fuzz_config_one;
+    CHECK(each_file("fuzz/regress/fuzz_config", one_entry) > 0, "no regression inputs in fuzz/regress/fuzz_config");
+}
+
+static void jinja(void) {
+    g_entry = fuzz_jinja_one;
+    CHECK(each_file("fuzz/regress/fuzz_jinja", one_entry) > 0, "no regression inputs in fuzz/regress/fuzz_jinja");
+}
+
 int main(void) {
+    RUN(config);
+    RUN(jinja);
     RUN(tokenizer_json);
     RUN(server_request);
     return harness_done();

@@ -21,7 +21,11 @@ int jget_int(const json_t *o, const char *key, int64_t def, int64_t *out, const 
     if (json_is_integer(v)) { *out = json_integer_value(v); return 0; }
     if (json_is_real(v)) {
         double d = json_real_value(v);
-        if (d == (double)(int64_t)d) { *out = (int64_t)d; return 0; }
+        /* range first: casting a double outside int64 is undefined */
+        if (d >= -9.2233720368547758e18 && d < 9.2233720368547758e18 && d == (double)(int64_t)d) {
+            *out = (int64_t)d;
+            return 0;
+        }
     }
     return err_set("%s: key \"%s\" must be an integer", where, key);
 }

@@ -1711,6 +1711,10 @@ static int contains(jctx *c, jnode *at, jv hay, jv needle) {
     }
 }
 
+static _Noreturn void int_overflow(jctx *c, const jnode *n) {
+    jfail(c, n->line, n->col, "integer overflow (template integers are 64-bit)");
+}
+
 static jv binop(jctx *c, jnode *n, int op, jv a, jv b) {
     if (op == OP_EQ) return mk_bool(jv_equal(a, b));
     if (op == OP_NE) return mk_bool(!jv_equal(a, b));
@@ -1751,16 +1755,27 @@ static jv binop(jctx *c, jnode *n, int op, jv a, jv b) {
     }
     int both_int = a.t != JV_FLOAT && b.t != JV_FLOAT;
     double x = num_f(a), y = num_f(b);
+    int64_t r; /* Python's integers do not overflow; ours are 64-bit and say so instead */
     switch (op) {
-    case OP_ADD: return both_int ? mk_int(a.u.i + b.u.i) : mk_float(x + y);
-    case OP_SUB: return both_int ? mk_int(a.u.i - b.u.i) : mk_float(x - y);
-    case OP_MUL: return both_int ? mk_int(a.u.i * b.u.i) : mk_float(x * y);
+    case OP_ADD:
+        if (!both_int) return mk_float(x + y);
+        if (__builtin_add_overflow(a.u.i, b.u.i, &r)) int_overflow(c, n);
+        return mk_int(r);
+    case OP_SUB:
+        if (!both_int) return mk_float(x - y);
+        if (__builtin_sub_overflow(a.u.i, b.u.i, &r)) int_overflow(c, n);
+        return mk_int(r);
+    case OP_MUL:
+        if (!both_int) return mk_float(x * y);
+        if (__builtin_mul_overflow(a.u.i, b.u.i, &r)) int_overflow(c, n);
+        return mk_int(r);
     case OP_DIV:
         if (y == 0) jfail(c, n->line, n->col, "division by zero");
         return mk_float(x / y);
     case OP_FLOORDIV:
         if (y == 0) jfail(c, n->line, n->col, "division by zero");
         if (both_int) {
+            if (a.u.i == INT64_MIN && b.u.i == -1) int_overflow(c, n);
             int64_t q = a.u.i / b.u.i;
             if ((a.u.i % b.u.i != 0) && ((a.u.i < 0) != (b.u.i < 0))) q--;
             return mk_int(q);
@@ -1769,15 +1784,19 @@ static jv binop(jctx *c, jnode *n, int op, jv a, jv b) {
     case OP_MOD:
         if (y == 0) jfail(c, n->line, n->col, "modulo by zero");
         if (both_int) {
-            int64_t r = a.u.i % b.u.i;
+            if (b.u.i == -1) return mk_int(0); /* INT64_MIN % -1 traps in C */
+            r = a.u.i % b.u.i;
             if (r != 0 && ((r < 0) != (b.u.i < 0))) r += b.u.i;
             return mk_int(r);
         }
         return mk_float(x - floor(x / y) * y);
     case OP_POW:
         if (both_int && b.u.i >= 0) {
-            int64_t r = 1;
-            for (int64_t i = 0; i < b.u.i && i < 64; i++) r *= a.u.i;
+            if (a.u.i == 0 || a.u.i == 1) return mk_int(b.u.i == 0 ? 1 : a.u.i);
+            if (a.u.i == -1) return mk_int(b.u.i % 2 ? -1 : 1);
+            r = 1; /* |a| >= 2: overflows within 64 steps */
+            for (int64_t i = 0; i < b.u.i; i++)
+                if (__builtin_mul_overflow(r, a.u.i, &r)) int_overflow(c, n);
             return mk_int(r);
         }
         return mk_float(pow(x, y));
@@ -2185,6 +2204,7 @@ static jv eval(jctx *c, jnode *n) {
         jv v = eval(c, n->a);
         if (!is_num(v)) jfail(c, n->line, n->col, "bad operand type for unary %c: %s", n->kind == E_NEG ? '-' : '+', type_name(v));
         if (n->kind == E_POS) return v;
+        if (v.t != JV_FLOAT && v.u.i == INT64_MIN) int_overflow(c, n);
         return v.t == JV_FLOAT ? mk_float(-v.u.f) : mk_int(-v.u.i);
     }
     case E_NOT: return mk_bool(!truthy(eval(c, n->a)));
@@ -2216,9 +2236,17 @@ static jv eval(jctx *c, jnode *n) {
 }
 
 /* ---- filters */
+/* float -> int truncating toward zero, saturating (and NaN -> def) instead of C's undefined cast */
+static int64_t float_to_int(double f, int64_t def) {
+    if (f != f) return def;
+    if (f >= 9.2233720368547758e18) return INT64_MAX;
+    if (f <= -9.2233720368547758e18) return INT64_MIN;
+    return (int64_t)f;
+}
+
 static int64_t to_int(jv v, int64_t def) {
     if (v.t == JV_INT || v.t == JV_BOOL) return v.u.i;
-    if (v.t == JV_FLOAT) return (int64_t)v.u.f;
+    if (v.t == JV_FLOAT) return float_to_int(v.u.f, def);
     if (v.t == JV_STR) {
         char buf[64];
         snprintf(buf, sizeof buf, "%.*s", (int)(v.u.s.n > 60 ? 60 : v.u.s.n), v.u.s.p);
@@ -2226,7 +2254,7 @@ static int64_t to_int(jv v, int64_t def) {
         long long x = strtoll(buf, &e, 10);
         if (e != buf && !*e) return x;
         double f = strtod(buf, &e);
-        if (e != buf && !*e) return (int64_t)f;
+        if (e != buf && !*e) return float_to_int(f, def);
     }
     return def;
 }
@@ -2299,7 +2327,10 @@ static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) 
         return mk_float(0);
     }
     if (!strcmp(f, "abs")) {
-        if (v.t == JV_INT) return mk_int(v.u.i < 0 ? -v.u.i : v.u.i);
+        if (v.t == JV_INT) {
+            if (v.u.i == INT64_MIN) jfail(c, at->line, at->col, "integer overflow (template integers are 64-bit)");
+            return mk_int(v.u.i < 0 ? -v.u.i : v.u.i);
+        }
         if (v.t == JV_FLOAT) return mk_float(fabs(v.u.f));
         jfail(c, at->line, at->col, "abs: expected a number");
     }
