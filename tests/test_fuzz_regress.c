@@ -44,14 +44,21 @@ static void tokenizer_json(void) {
     CHECK(n > 0, "no regression inputs in fuzz/regress/fuzz_tokenizer_json");
 }
 
-static void one_server_request(const char *path, const char *name) {
+/* The first MiB of path into a static buffer; NULL (a failed check) when unreadable. */
+static const unsigned char *read_input(const char *path, size_t *n) {
+    static unsigned char buf[1 << 20];
     FILE *f = fopen(path, "rb");
     CHECK(f != NULL, "cannot open %s", path);
-    if (!f) return;
-    static unsigned char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf, f);
+    if (!f) return NULL;
+    *n = fread(buf, 1, sizeof buf, f);
     fclose(f);
-    CHECK(replay_server_request(buf, n) == 0, "%s: a broken promise (message above)", name);
+    return buf;
+}
+
+static void one_server_request(const char *path, const char *name) {
+    size_t n = 0;
+    const unsigned char *buf = read_input(path, &n);
+    if (buf) CHECK(replay_server_request(buf, n) == 0, "%s: a broken promise (message above)", name);
 }
 
 static void server_request(void) {
@@ -65,13 +72,9 @@ static void server_request(void) {
 static int (*g_entry)(const uint8_t *, size_t);
 
 static void one_entry(const char *path, const char *name) {
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL, "cannot open %s", path);
-    if (!f) return;
-    static unsigned char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    fclose(f);
-    CHECK(g_entry(buf, n) == 0, "%s: harness returned non-zero", name);
+    size_t n = 0;
+    const unsigned char *buf = read_input(path, &n);
+    if (buf) CHECK(g_entry(buf, n) == 0, "%s: harness returned non-zero", name);
 }
 
 static void config(void) {

@@ -5,9 +5,19 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 extern "C" {
 #include "base/err.h"
+}
+
+/* An A/B switch read once: 1 when $name starts with '1' (cache starts at -1). */
+static inline int cuk_env_flag(const char *name, int *cache) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && e[0] == '1';
+    }
+    return *cache;
 }
 
 /* After a launch: the launch error, if any, as an err_set message naming the kernel. */

@@ -28,6 +28,18 @@ __device__ __forceinline__ void unpack_f16(const uint4 v, float (&w)[8]) {
     }
 }
 
+/* The warp's R rows x T tokens of partial sums, reduced across lanes, stored [T, rows]. */
+template <int T, int R>
+__device__ __forceinline__ void store_rows(float (&acc)[R][T], int lane, int row0, int rows, float *__restrict__ y) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float sum = warp_sum(acc[r][t]);
+            if (lane == 0 && row0 + r < rows) y[(long)t * rows + row0 + r] = sum;
+        }
+}
+
 /* 16-bit weights (bf16 or f16): cols % 8 == 0 and 16-byte aligned rows. A warp takes
  * R rows so that each x value it loads serves R rows (x traffic through L1 / R). */
 template <int T, int R, bool BF>
@@ -74,13 +86,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_16(const uint16_t *__
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            const float sum = warp_sum(acc[r][t]);
-            if (lane == 0 && row0 + r < rows) y[(long)t * rows + row0 + r] = sum;
-        }
+    store_rows<T, R>(acc, lane, row0, rows, y);
 }
 
 /* f32 weights (rare: small checkpoints) */
@@ -196,13 +202,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_affine(const uint32_t
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            const float sum = warp_sum(acc[r][t]);
-            if (lane == 0 && row0 + r < rows) y[(long)t * rows + row0 + r] = sum;
-        }
+    store_rows<T, R>(acc, lane, row0, rows, y);
 }
 
 /* MLX affine, BITS 4 or 8, on float activations (the default: exact to float
@@ -277,23 +277,13 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_affine_f(const uint32
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            const float sum = warp_sum(acc[r][t]);
-            if (lane == 0 && row0 + r < rows) y[(long)t * rows + row0 + r] = sum;
-        }
+    store_rows<T, R>(acc, lane, row0, rows, y);
 }
 
 /* CUK_MV_INT8=1 selects the int8-activation (dp4a) kernels for quantized weights. */
 static int int8_activations(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("CUK_MV_INT8");
-        v = e && e[0] == '1';
-    }
-    return v;
+    return cuk_env_flag("CUK_MV_INT8", &v);
 }
 
 extern "C" size_t cuk_matvec_work(int T, int64_t cols) {
