@@ -134,12 +134,17 @@ $(B)/tests/cuda/test_cuda_kernels: tests/cuda/test_cuda_kernels.c $(B)/libceler_
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests -o $@ $< $(B)/libceler_cuda.a $(B)/libceler.a $(CUDA_LDLIBS)
 
-cuda: $(B)/tests/cuda/test_cuda_kernels $(B)/libceler-cuda.so
+$(B)/tests/cuda/test_cuda_kv: tests/cuda/test_cuda_kv.c tests/harness.h tests/fixture_util.h $(B)/libceler.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
+
+cuda: $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_kv $(B)/libceler-cuda.so
 
 # On the GPU machine: kernel tests, every model fixture on the GPU, then the kernel benchmark.
 test-cuda: cuda tests
 	$(B)/tests/cuda/test_cuda_kernels
 	CELER_DEVICE=cuda $(B)/tests/test_fixtures_models
+	$(B)/tests/cuda/test_cuda_kv
 	$(B)/tests/cuda/test_cuda_kernels --bench-only
 
 .PHONY: cuda test-cuda

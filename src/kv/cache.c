@@ -153,6 +153,14 @@ static void buf_release(kv_cache *c, kv_buf *b) {
 static int reserve_rows(const kv_cache *c, int top) {
     int r = c->kind == KV_DENSE ? c->max : c->window - 1 + c->max_T;
     if (c->kind == KV_ROTATING && r > c->max) r = c->max;
+    /* Device memory is not reserved and committed in steps (yet): a device buffer
+     * holds twice what is needed now, and outgrowing it moves the rows to one twice
+     * as large through the copy-on-write path, so memory follows use (a few moves
+     * over a whole context instead of the context allocated up front). */
+    if (c->dev) {
+        long want = 2L * (top > KV_STEP ? top : KV_STEP);
+        if (want < r) r = (int)want;
+    }
     if (r < top) r = top;
     if (r < c->n) r = c->n;
     return r;

@@ -24,9 +24,11 @@
  * Buffers reserve address space for every row they may ever hold and commit it in
  * KV_STEP-row steps, so growth never moves rows and pointers stay valid for other
  * holders. A cache whose `dev` names a device backend keeps its rows in that
- * device's memory, allocated whole for the reservation when the buffer is made
- * (device address-space reservation is an open problem, docs/cuda-backend.md), and
- * the positions on the host with a device mirror; every rule above is unchanged. Reference counts and hw are atomic: snapshots may be shared across
+ * device's memory and the positions on the host with a device mirror. Device memory
+ * cannot be reserved and committed in steps yet (docs/cuda-backend.md), so a device
+ * buffer is allocated at twice the rows needed and a write that outgrows it takes the
+ * copy path into one twice as large (counted as a copy); every rule above is
+ * unchanged. Reference counts and hw are atomic: snapshots may be shared across
  * threads; a single cache is used by one thread at a time. */
 #ifndef CELER_KV_CACHE_H
 #define CELER_KV_CACHE_H
