@@ -133,6 +133,7 @@ int cmd_inspect(int argc, char **argv) {
     char defbuf[PATH_MAX + 64];
     const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf);
     if (!dir) return 2;
+    cli_set_device("cpu"); /* it reads shapes and sizes: no weights need to go to a GPU */
     celer_model *m = cli_model_open("inspect", dir, 1, 0);
     if (!m) {
         cli_error("inspect", "%s", celer_last_error());
