@@ -130,6 +130,8 @@ struct jctx {
     int lc_line, lc_col;
     tk_buf *caps[256];  /* open output captures (macro calls, set blocks) */
     int ncap;
+    tk_buf *held[16];   /* local buffers a failure must free (hold/unhold): jfail longjmps past them */
+    int nheld;
     int depth;
     int brk, cont;
     size_t arena_bytes;  /* allocated by jalloc (CELER_MAX_TEMPLATE_MEMORY) */
@@ -144,7 +146,25 @@ static _Noreturn void jfail(jctx *c, int line, int col, const char *fmt, ...) {
     va_end(ap);
     if (line > 0) err_set("%s:%d:%d: %s", c->where, line, col, msg);
     else err_set("%s: %s", c->where, msg);
+    for (int i = 0; i < c->nheld; i++) tkb_free(c->held[i]);
+    c->nheld = 0;
     longjmp(c->jb, 1);
+}
+
+/* A local buffer that must be freed if rendering fails before it is turned into a
+ * string (str_from_buf unholds it). Holding one twice is harmless. */
+static void hold(jctx *c, tk_buf *b) {
+    for (int i = 0; i < c->nheld; i++)
+        if (c->held[i] == b) return;
+    if (c->nheld < (int)(sizeof c->held / sizeof c->held[0])) c->held[c->nheld++] = b;
+}
+
+static void unhold(jctx *c, tk_buf *b) {
+    for (int i = c->nheld; i-- > 0;)
+        if (c->held[i] == b) {
+            c->held[i] = c->held[--c->nheld];
+            return;
+        }
 }
 
 static void *jalloc(jctx *c, size_t n) {
@@ -1122,8 +1142,10 @@ static jv mk_float(double f) { jv v = {JV_FLOAT, 0, {0}}; v.u.f = f; return v; }
 static jv mk_str(const char *p, size_t n) { jv v = {JV_STR, 0, {0}}; v.u.s.p = p; v.u.s.n = n; return v; }
 static jv mk_cstr(const char *p) { return mk_str(p, strlen(p)); }
 static jv str_from_buf(jctx *c, tk_buf *b) {
-    if (b->oom) { tkb_free(b); jfail(c, 0, 0, "out of memory"); }
+    hold(c, b); /* jstrdup can hit the memory limit */
+    if (b->oom) jfail(c, 0, 0, "out of memory");
     jv v = mk_str(jstrdup(c, b->p ? b->p : "", b->n), b->n);
+    unhold(c, b);
     tkb_free(b);
     return v;
 }
@@ -1974,6 +1996,7 @@ static jv str_split(jctx *c, jv s, jv sep, int64_t maxsplit, int from_right) {
 static jv join_list(jctx *c, jnode *at, jv seq, jv sep, jv attr) {
     jlist *l = iter_list(c, at, seq);
     tk_buf b = {0};
+    hold(c, &b); /* get_item can fail */
     for (size_t i = 0; i < l->n; i++) {
         if (i && sep.t == JV_STR) tkb_put(&b, sep.u.s.p, sep.u.s.n);
         jv x = l->v[i];
@@ -2291,6 +2314,7 @@ static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) 
         jv ind = arg(a, 0, "indent", none);
         int sort = truthy(arg(a, 1, "sort_keys", mk_bool(0)));
         tk_buf b = {0};
+        hold(c, &b);
         put_json(c, &b, v, ind.t == JV_INT ? (int)ind.u.i : -1, 0, sort, at->line, at->col);
         return str_from_buf(c, &b);
     }
@@ -2356,8 +2380,13 @@ static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) 
         jv w = arg(a, 0, "width", mk_int(4));
         int first = truthy(arg(a, 1, "first", mk_bool(0))), blank = truthy(arg(a, 2, "blank", mk_bool(0)));
         tk_buf pad = {0};
+        hold(c, &pad);
+        int64_t wn = w.t == JV_STR ? 0 : to_int(w, 4);
+        if (wn > (int64_t)CELER_MAX_TEMPLATE_OUTPUT)
+            jfail(c, at->line, at->col, "indent: width %lld exceeds the output limit (%u bytes)", (long long)wn,
+                  CELER_MAX_TEMPLATE_OUTPUT);
         if (w.t == JV_STR) tkb_put(&pad, w.u.s.p, w.u.s.n);
-        else for (int64_t i = 0; i < to_int(w, 4); i++) tkb_putc(&pad, ' ');
+        else for (int64_t i = 0; i < wn; i++) tkb_putc(&pad, ' ');
         jv s = to_str(c, v);
         tk_buf b = {0};
         size_t i = 0;
@@ -2373,6 +2402,7 @@ static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) 
             i = e + 1;
             line0 = 0;
         }
+        unhold(c, &pad);
         tkb_free(&pad);
         return str_from_buf(c, &b);
     }
