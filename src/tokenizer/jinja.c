@@ -2282,6 +2282,21 @@ static int64_t to_int(jv v, int64_t def) {
     return def;
 }
 
+/* a.lower() versus b.lower(), code point by code point (UTF-8 order is code point
+ * order), without building either: a sort compares each string many times. */
+static int casecmp(jv a, jv b) {
+    size_t i = 0, j = 0;
+    while (i < a.u.s.n && j < b.u.s.n) {
+        uint32_t x, y;
+        i += (size_t)utf8_dec((const unsigned char *)a.u.s.p + i, a.u.s.n - i, &x);
+        j += (size_t)utf8_dec((const unsigned char *)b.u.s.p + j, b.u.s.n - j, &y);
+        x = (uint32_t)utf8proc_tolower((utf8proc_int32_t)x);
+        y = (uint32_t)utf8proc_tolower((utf8proc_int32_t)y);
+        if (x != y) return x < y ? -1 : 1;
+    }
+    return (i < a.u.s.n) - (j < b.u.s.n);
+}
+
 static _Thread_local int sort_key_cmp_c;
 static _Thread_local jctx *sort_ctx;
 static _Thread_local jnode *sort_at;
@@ -2292,10 +2307,7 @@ static int sort_cmp(const void *x, const void *y) {
         a = get_item(sort_ctx, sort_at, a, sort_attr);
         b = get_item(sort_ctx, sort_at, b, sort_attr);
     }
-    if (!sort_key_cmp_c && a.t == JV_STR && b.t == JV_STR) {
-        a = str_case(sort_ctx, a, 0);
-        b = str_case(sort_ctx, b, 0);
-    }
+    if (!sort_key_cmp_c && a.t == JV_STR && b.t == JV_STR) return casecmp(a, b);
     return jv_cmp(sort_ctx, sort_at, a, b);
 }
 
