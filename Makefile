@@ -109,7 +109,8 @@ NVFLAGS := -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=co
            -Iinclude -Isrc -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Werror all-warnings
 CUDA_SRC := $(sort $(wildcard src/backend/cuda/*.cu))
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(B)/obj/%.o)
-CUDA_C_OBJ := $(B)/obj/src/backend/cuda/backend_cuda.o
+CUDA_C_SRC := $(sort $(wildcard src/backend/cuda/*.c))
+CUDA_C_OBJ := $(CUDA_C_SRC:%.c=$(B)/obj/%.o)
 # Static jansson/pcre2/utf8proc so the GPU machine, which lacks them, can run these binaries.
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++ \
                -Wl,-Bstatic -ljansson -lpcre2-8 -lutf8proc -Wl,-Bdynamic -lm -pthread
@@ -118,7 +119,7 @@ $(B)/obj/%.o: %.cu $(wildcard src/backend/cuda/*.cuh src/backend/cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-$(CUDA_C_OBJ): src/backend/cuda/backend_cuda.c $(wildcard src/backend/cuda/*.h src/backend/*.h)
+$(CUDA_C_OBJ): $(B)/obj/%.o: %.c $(wildcard src/backend/cuda/*.h src/backend/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -I$(CUDA_HOME)/include -c $< -o $@
 
@@ -138,13 +139,18 @@ $(B)/tests/cuda/test_cuda_kv: tests/cuda/test_cuda_kv.c tests/harness.h tests/fi
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
 
-cuda: $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_kv $(B)/libceler-cuda.so
+$(B)/tests/cuda/test_cuda_graph: tests/cuda/test_cuda_graph.c tests/harness.h tests/fixture_util.h $(B)/libceler.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
+
+cuda: $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_kv $(B)/libceler-cuda.so
 
 # On the GPU machine: kernel tests, every model fixture on the GPU, then the kernel benchmark.
 test-cuda: cuda tests
 	$(B)/tests/cuda/test_cuda_kernels
 	CELER_DEVICE=cuda $(B)/tests/test_fixtures_models
 	$(B)/tests/cuda/test_cuda_kv
+	$(B)/tests/cuda/test_cuda_graph
 	$(B)/tests/cuda/test_cuda_kernels --bench-only
 
 .PHONY: cuda test-cuda

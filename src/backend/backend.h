@@ -92,6 +92,12 @@ typedef struct {
      * CPU's read bandwidth over all its threads, or a GPU's device-to-device copy
      * bandwidth ((read + written bytes) / time); -1 on failure. */
     double (*bandwidth)(backend *b);
+    /* A decode step's ops may be recorded from step_begin to step_end and run as one
+     * captured graph (replayed while the step's shape stays the same); ops called in
+     * between behave as always, in order. step_begin returns 1 when it records.
+     * NULL on backends that run every op at once. */
+    int (*step_begin)(backend *b, int T);
+    void (*step_end)(backend *b);
     /* ---- arithmetic ------------------------------------------------------------- */
     /* W [rows, cols] @ x [T, cols] -> y [T, rows] */
     void (*matmul)(backend *b, const weight *w, const float *x, float *y, int T);
@@ -120,8 +126,12 @@ typedef struct {
                 int T, float *out, float *work);
     /* y [n] += x */
     void (*add)(backend *b, float *y, const float *x, long n);
-    /* x [T, cols] = rows tok [T] of the embedding weight, times scale */
+    /* x [T, cols] = rows tok [T] (backend memory) of the embedding weight, times scale */
     void (*embed)(backend *b, const weight *w, const int32_t *tok, int T, float scale, float *x);
+    /* Slots [slot, slot + n) of a cache buffer <- rows k, v [n, row] (backend memory):
+     * kd, vd [slots, row] and their positions pd [slots] <- pos [n] (host memory). */
+    void (*put_rows)(backend *b, float *kd, float *vd, int32_t *pd, long row, int slot, const float *k, const float *v,
+                     const int32_t *pos, int n);
 } backend_ops;
 
 struct backend {

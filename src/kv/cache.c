@@ -187,9 +187,7 @@ static void put_rows(kv_buf *b, int s, const float *k, const float *v, const int
     size_t fb = (size_t)n * (size_t)b->row * sizeof(float);
     memcpy(b->pos + s, pos, (size_t)n * sizeof(int32_t));
     if (b->dev) {
-        b->dev->ops->copy(b->dev, b->k + (long)s * b->row, k, fb);
-        b->dev->ops->copy(b->dev, b->v + (long)s * b->row, v, fb);
-        b->dev->ops->upload(b->dev, b->dpos + s, pos, (size_t)n * sizeof(int32_t));
+        b->dev->ops->put_rows(b->dev, b->k, b->v, b->dpos, b->row, s, k, v, pos, n);
     } else {
         memcpy(b->k + (long)s * b->row, k, fb);
         memcpy(b->v + (long)s * b->row, v, fb);

@@ -45,7 +45,8 @@ model_scratch *model_scratch_new(const model *m, int max_T) {
         !ALLOC(s->ple, T * (size_t)LP * f, "per-layer inputs") || !ALLOC(s->ple_tok, T * (size_t)LP * f, "per-layer inputs") ||
         !ALLOC(s->pg, T * (size_t)c->ple_dim * f, "per-layer inputs") ||
         !ALLOC(s->qkv, (size_t)(qd + 2 * kd) * f, "activations") || !ALLOC(s->gu, 2 * (size_t)I * f, "activations") ||
-        !ALLOC(s->logits, T * (size_t)c->vocab * f, "logits") || !ALLOC(s->pos, T * sizeof(int32_t), "positions")) {
+        !ALLOC(s->logits, T * (size_t)c->vocab * f, "logits") || !ALLOC(s->pos, T * sizeof(int32_t), "positions") ||
+        !ALLOC(s->tok, T * sizeof(int32_t), "token ids")) {
         model_scratch_free(s);
         return NULL;
     }
@@ -56,7 +57,7 @@ model_scratch *model_scratch_new(const model *m, int max_T) {
 void model_scratch_free(model_scratch *s) {
     if (!s) return;
     void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->gate, s->up, s->ffn, s->xn2, s->router, s->sel,
-                    s->selw, s->moe_work, s->ple, s->ple_tok, s->pg, s->qkv, s->gu, s->logits, s->pos};
+                    s->selw, s->moe_work, s->ple, s->ple_tok, s->pg, s->qkv, s->gu, s->logits, s->pos, s->tok};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) s->be->ops->release(s->be, bufs[i]);
     free(s->pos_host);
     free(s);
@@ -74,7 +75,7 @@ static void add_bias(backend *b, float *y, const float *bias, int T, long n) {
 
 /* Per-layer inputs (Gemma 4), from the scaled embedding x [T, H]:
  * ple [T, L, P] = (norm(proj(x) * H^-1/2) + embed_per_layer(tok) * sqrt(P)) * 2^-1/2 */
-static void per_layer_inputs(model *m, model_scratch *s, const int32_t *tok, int T) {
+static void per_layer_inputs(model *m, model_scratch *s, int T) {
     const model_config *c = &m->cfg;
     backend *b = m->be;
     const backend_ops *op = b->ops;
@@ -82,7 +83,7 @@ static void per_layer_inputs(model *m, model_scratch *s, const int32_t *tok, int
     op->matmul(b, &m->ple_model_proj, s->x, s->ple, T);
     op->scale(b, s->ple, T * LP, 1.0f / sqrtf((float)c->hidden));
     op->rmsnorm(b, s->ple, m->ple_proj_norm, s->ple, T * c->n_layers, c->ple_dim, c->eps, c->norm_plus_one);
-    op->embed(b, &m->ple_embed, tok, T, c->ple_embed_scale, s->ple_tok);
+    op->embed(b, &m->ple_embed, s->tok, T, c->ple_embed_scale, s->ple_tok);
     op->add(b, s->ple, s->ple_tok, T * LP);
     op->scale(b, s->ple, T * LP, (float)M_SQRT1_2);
 }
@@ -237,6 +238,12 @@ static void per_layer_input_block(model *m, model_scratch *s, int l, int T) {
     op->add(b, s->x, s->xn, T * H);
 }
 
+static int has_experts(const model *m) {
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (m->plan[l].moe.n_experts > 0) return 1;
+    return 0;
+}
+
 int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, const int32_t *tok, int all) {
     const model_config *c = &m->cfg;
     backend *b = m->be;
@@ -257,15 +264,20 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
                 return err_set("token id %d at input position %d is out of the per-layer table (%d rows)", tok[r], at, c->ple_vocab);
             s->pos_host[r] = at;
         }
+    /* A few tokens at once (decode) may run as one recorded graph; expert routing
+     * reads its choices on the host, so plans with experts run op by op. */
+    const int graph = op->step_begin && !has_experts(m) && op->step_begin(b, T);
     op->upload(b, s->pos, s->pos_host, (size_t)T * sizeof(int32_t));
+    op->upload(b, s->tok, tok, (size_t)T * sizeof(int32_t));
 
     /* x = embed(tok) * embed_scale; per-layer inputs read this scaled embedding */
-    op->embed(b, &m->embed, tok, T, c->embed_scale, s->x);
-    if (c->ple_dim > 0) per_layer_inputs(m, s, tok, T);
+    op->embed(b, &m->embed, s->tok, T, c->embed_scale, s->x);
+    if (c->ple_dim > 0) per_layer_inputs(m, s, T);
 
     for (int l = 0; l < c->n_layers; l++) {
         const layer_plan *p = &m->plan[l];
         if (attention_block(m, seqs, n_seqs, s, l, T) != 0) {
+            if (graph) op->step_end(b);
             /* Callers kv_prepare every cache first, so an append cannot fail for lack of
              * memory; this path is for errors that leave rows in order. A rotating
              * cache that dropped rows to make room cannot be truncated back (kv_truncate
@@ -296,6 +308,7 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
         op->matmul(b, &m->lm_head, s->xn, s->logits, R);
         if (c->final_softcap > 0) op->softcap(b, s->logits, (long)R * c->vocab, c->final_softcap);
     }
+    if (graph) op->step_end(b);
     if (op->status(b) != 0) {
         /* the rows were written, but from a failed computation */
         for (int i = 0; i < n_seqs; i++)

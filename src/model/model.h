@@ -212,6 +212,7 @@ typedef struct {
     float *gu;     /* [2I] one row of the fused gate|up product */
     float *logits; /* [max_T, V] */
     int32_t *pos;  /* [max_T] positions of the rows, in backend memory */
+    int32_t *tok;  /* [max_T] token ids of the rows, in backend memory */
     int32_t *pos_host; /* [max_T] the same on the host (cache bookkeeping) */
     backend *be;   /* allocated the buffers above (all but pos_host) */
 } model_scratch;

@@ -277,7 +277,7 @@ static void check_attention(int T, int n, int hd, int nh, int nkv, int window, f
     CK(cudaMalloc((void **)&work, cuk_attention_work(T, nh, hd, n) * 4));
     if (sinks) p.sinks = dsk;
     attn_kv kv = {dk, dv, dkp, n, row};
-    CHECK(cuk_attention(dq, dqp, T, &kv, &p, dout, work, NULL) == 0, "attention: %s", err_msg());
+    CHECK(cuk_attention(dq, dqp, T, &kv, NULL, &p, dout, work, NULL) == 0, "attention: %s", err_msg());
     CK(cudaMemcpy(out, dout, (size_t)T * nh * hd * 4, cudaMemcpyDeviceToHost));
     double num = 0, den = 0;
     double *s = malloc(n * sizeof *s);

@@ -94,6 +94,14 @@ static void cpu_embed(backend *b, const weight *w, const int32_t *tok, int T, fl
     }
 }
 
+static void cpu_put_rows(backend *b, float *kd, float *vd, int32_t *pd, long row, int slot, const float *k,
+                         const float *v, const int32_t *pos, int n) {
+    (void)b;
+    memcpy(kd + (long)slot * row, k, (size_t)n * (size_t)row * sizeof(float));
+    memcpy(vd + (long)slot * row, v, (size_t)n * (size_t)row * sizeof(float));
+    memcpy(pd + slot, pos, (size_t)n * sizeof(int32_t));
+}
+
 /* ---- memory: host buffers ------------------------------------------------------- */
 
 static void *cpu_alloc(backend *b, size_t bytes) {
@@ -154,6 +162,7 @@ static const backend_ops cpu_ops = {
     .moe = cpu_moe,
     .add = cpu_add,
     .embed = cpu_embed,
+    .put_rows = cpu_put_rows,
 };
 
 backend *backend_cpu_new(int n_threads, int64_t max_cols) {

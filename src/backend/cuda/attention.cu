@@ -23,11 +23,14 @@ extern "C" size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_key
     return (size_t)T * n_heads * n_splits(n_keys) * (head_dim + 2);
 }
 
+extern "C" int cuk_attention_bucket(int n_keys) { return n_splits(n_keys) * KEYS_PER_SPLIT; }
+
 /* grid (T * n_heads, splits); partial [T*n_heads, splits, hd + 2]: acc[hd], m, l */
 template <int HD>
 __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float *__restrict__ q, const int32_t *__restrict__ qpos,
                                                                   const float *__restrict__ K, const float *__restrict__ V,
-                                                                  const int32_t *__restrict__ kpos, int n, long stride,
+                                                                  const int32_t *__restrict__ kpos, int n,
+                                                                  const int32_t *__restrict__ n_dev, long stride,
                                                                   int n_heads, int n_kv, float scale, int window, float softcap,
                                                                   int splits, float *__restrict__ part) {
     constexpr int PL = HD / 32; /* channels per lane */
@@ -42,6 +45,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float 
         acc[i] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
+    if (n_dev) n = *n_dev; /* a recorded step: the key count is read at replay time */
     const int per = (n + splits - 1) / splits;
     const int j0 = split * per, j1 = min(n, j0 + per);
     for (int j = j0 + warp; j < j1; j += ATT_WARPS) {
@@ -107,13 +111,13 @@ __global__ void kernel_attn_merge(const float *__restrict__ part, int splits, in
     }
 }
 
-extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p, float *out,
-                             float *work, cuk_stream st) {
+extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
+                             const attn_params *p, float *out, float *work, cuk_stream st) {
     cudaStream_t s = (cudaStream_t)st;
     const int splits = n_splits(kv->n);
     const dim3 grid((unsigned)(T * p->n_heads), (unsigned)splits), block(ATT_WARPS * 32);
 #define ATT(HD)                                                                                                         \
-    kernel_attn_split<HD><<<grid, block, 0, s>>>(q, qpos, kv->k, kv->v, kv->pos, kv->n, kv->row_stride, p->n_heads, \
+    kernel_attn_split<HD><<<grid, block, 0, s>>>(q, qpos, kv->k, kv->v, kv->pos, kv->n, n_dev, kv->row_stride, p->n_heads, \
                                                  p->n_kv, p->scale, p->window, p->softcap, splits, work)
     switch (p->head_dim) {
     case 32: ATT(32); break;

@@ -1,6 +1,7 @@
-/* backend/cuda/backend_cuda.c: the CUDA backend's op table over the cuk_* kernels,
- * built into libceler-cuda.so (loaded by backend/backend_open.c). Everything runs
- * in order on one stream; only downloads wait. Weights are uploaded once in a
+/* backend/cuda/backend_cuda.c: the CUDA backend's op table, its memory, weights and
+ * experts, built into libceler-cuda.so (loaded by backend/backend_open.c); the
+ * arithmetic ops and decode-step graphs are in step_ops.c. Everything runs in order
+ * on one stream; only downloads wait. Weights are uploaded once in a
  * format the kernels read: bf16/f16/f32 and MLX affine 4/8-bit as stored, any other
  * format (MXFP4, other affine widths) converted to bf16 on the device, input-major
  * experts transposed. Work space (matvec activations, GEMM staging, attention
@@ -14,14 +15,12 @@
  * pageable memory would make the stream wait for all earlier work, so each decode
  * step would stall the host once per layer. With CELER_STATS=1 the backend prints
  * what a forward costs the host: calls, uploads, time enqueueing and time waiting. */
-#include <cublas_v2.h>
-#include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "base/err.h"
 
@@ -29,56 +28,29 @@
 void cpu_moe_route(backend *b, const float *logits, int T, int E, int k, int kind, const float *expert_scale, int32_t *sel,
                    float *w);
 
-typedef struct {
-    void *p;
-    size_t cap;
-} grow_buf;
-
-typedef struct {
-    int id;
-    cudaStream_t stream;
-    cublasHandle_t blas;
-    int failed;
-    char why[512];
-    grow_buf mv, xbf, wbf, att, tok, route, moe_idx, moe_w;
-    void *host_route;     /* host staging of router logits and selections */
-    size_t host_route_cap;
-    char *stage;          /* pinned [2][STAGE_HALF] upload staging */
-    int half;             /* the half being filled */
-    size_t used;          /* bytes of it used */
-    cudaEvent_t left[2];  /* recorded when the fill moved off each half */
-    int pending[2];
-    /* CELER_STATS counters */
-    long n_forwards, n_calls, n_uploads, n_waits;
-    double t_enqueue, t_wait, t_mark; /* t_mark: the end of the last wait */
-} cuda_backend;
-
-#define STAGE_HALF ((size_t)4 << 20)
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static cuda_backend *cu(backend *b) { return b->impl; }
-
 /* Keeps the first failure (err_set's message) and skips what follows. */
-static void fail(cuda_backend *c) {
+void cuda_fail(cuda_backend *c) {
     if (c->failed) return;
     c->failed = 1;
     snprintf(c->why, sizeof c->why, "%s", err_msg());
 }
 
-static int cuda_ok(cuda_backend *c, cudaError_t e, const char *what) {
+int cuda_ok(cuda_backend *c, cudaError_t e, const char *what) {
     if (e == cudaSuccess) return 1;
     err_set("cuda %s: %s", what, cudaGetErrorString(e));
-    fail(c);
+    cuda_fail(c);
     return 0;
 }
 
-static void *grow(cuda_backend *c, grow_buf *g, size_t bytes, const char *what) {
+void *cuda_grow(cuda_backend *c, grow_buf *g, size_t bytes, const char *what) {
     if (bytes <= g->cap) return g->p;
+    cuda_steps_forget(c); /* captured graphs hold the old address */
     if (g->p) {
         cudaStreamSynchronize(c->stream);
         cudaFree(g->p);
@@ -99,7 +71,7 @@ static int status(backend *b) {
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) {
             err_set("cuda: %s", cudaGetErrorString(e));
-            fail(c);
+            cuda_fail(c);
         }
     }
     if (!c->failed) return 0;
@@ -130,17 +102,12 @@ static void *cuda_alloc(backend *b, size_t bytes) {
 
 static void cuda_release(backend *b, void *p) {
     if (!p) return;
+    cuda_step_stop(cu(b)); /* recorded ops may still use it */
     cudaStreamSynchronize(cu(b)->stream);
     cudaFree(p);
 }
 
-static void cuda_copy(backend *b, void *dst, const void *src, size_t n) {
-    cuda_backend *c = cu(b);
-    if (n && !c->failed) cuda_ok(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream), "copy");
-}
-
-static void cuda_upload(backend *b, void *dst, const void *host, size_t n) {
-    cuda_backend *c = cu(b);
+void cuda_stage_upload(cuda_backend *c, void *dst, const void *host, size_t n) {
     if (!n || c->failed) return;
     c->n_uploads++;
     if (!c->stage || n > STAGE_HALF / 4) { /* large (weights at load time): the plain copy */
@@ -164,8 +131,14 @@ static void cuda_upload(backend *b, void *dst, const void *host, size_t n) {
     cuda_ok(c, cudaMemcpyAsync(dst, p, n, cudaMemcpyHostToDevice, c->stream), "upload");
 }
 
+static void cuda_upload(backend *b, void *dst, const void *host, size_t n) {
+    if (!n || cu(b)->failed || cuda_step_upload(b, dst, host, n)) return;
+    cuda_stage_upload(cu(b), dst, host, n);
+}
+
 static void cuda_download(backend *b, void *host, const void *src, size_t n) {
     cuda_backend *c = cu(b);
+    cuda_step_stop(c);
     if (c->failed) {
         memset(host, 0, n);
         return;
@@ -324,70 +297,7 @@ static int upload_fused(backend *b, weight *const *parts, int n, weight *out) {
     return cu(b)->failed ? status(b) : 0;
 }
 
-/* ---- arithmetic -------------------------------------------------------------- */
-
-#define RUN(call) do { c->n_calls++; if (!c->failed && (call) != 0) fail(c); } while (0)
-
-static void cuda_matmul(backend *b, const weight *w, const float *x, float *y, int T) {
-    cuda_backend *c = cu(b);
-    if (c->failed) return;
-    if (T <= CUK_MV_MAX_T && cuk_matvec_supports(w)) {
-        void *work = grow(c, &c->mv, cuk_matvec_work(T, w->cols), "matvec work");
-        if (work) RUN(cuk_matvec(w, x, y, T, work, c->stream));
-        return;
-    }
-    const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
-    uint16_t *xbf = grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging");
-    uint16_t *wbf = wrows ? grow(c, &c->wbf, cuk_gemm_wbf_elems(wrows, w->cols) * 2, "gemm staging") : NULL;
-    if (xbf && (wbf || !wrows)) RUN(cuk_gemm(c->blas, w, x, y, T, xbf, wbf, wrows, c->stream));
-}
-
-static void cuda_rmsnorm(backend *b, const float *x, const float *w, float *y, int T, int n, float eps, int plus_one) {
-    cuda_backend *c = cu(b);
-    RUN(cuk_rmsnorm(x, w, y, T, n, eps, plus_one, c->stream));
-}
-
-static void cuda_rope(backend *b, float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r) {
-    cuda_backend *c = cu(b);
-    RUN(cuk_rope(x, T, n_heads, head_dim, pos, r->inv_freq, r->dim, r->attn_factor, c->stream));
-}
-
-static void cuda_attention(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p,
-                           float *out) {
-    cuda_backend *c = cu(b);
-    if (c->failed) return;
-    float *work = grow(c, &c->att, cuk_attention_work(T, p->n_heads, p->head_dim, kv->n) * sizeof(float), "attention work");
-    if (work) RUN(cuk_attention(q, qpos, T, kv, p, out, work, c->stream));
-}
-
-static void cuda_glu(backend *b, float *g, const float *u, long n, int act) {
-    cuda_backend *c = cu(b);
-    RUN(cuk_glu(g, u, n, act, c->stream));
-}
-
-static void cuda_scale(backend *b, float *x, long n, float s) {
-    cuda_backend *c = cu(b);
-    RUN(cuk_scale(x, n, s, c->stream));
-}
-
-static void cuda_softcap(backend *b, float *x, long n, float cap) {
-    cuda_backend *c = cu(b);
-    RUN(cuk_softcap(x, n, cap, c->stream));
-}
-
-static void cuda_add(backend *b, float *y, const float *x, long n) {
-    cuda_backend *c = cu(b);
-    RUN(cuk_add(y, x, n, c->stream));
-}
-
-static void cuda_embed(backend *b, const weight *w, const int32_t *tok, int T, float scale, float *x) {
-    cuda_backend *c = cu(b);
-    if (c->failed) return;
-    int32_t *dt = grow(c, &c->tok, (size_t)T * sizeof(int32_t), "token ids");
-    if (!dt) return;
-    cuda_upload(b, dt, tok, (size_t)T * sizeof(int32_t));
-    RUN(cuk_embed(w, dt, T, scale, x, c->stream));
-}
+/* ---- expert routing and experts (op by op: the host groups tokens by expert) ---- */
 
 /* Host staging for routing: bytes, grown as needed. */
 static void *host_stage(cuda_backend *c, size_t bytes) {
@@ -395,7 +305,7 @@ static void *host_stage(cuda_backend *c, size_t bytes) {
     void *p = realloc(c->host_route, bytes);
     if (!p) {
         err_set("out of memory staging %zu bytes of expert routing", bytes);
-        fail(c);
+        cuda_fail(c);
         return NULL;
     }
     c->host_route = p;
@@ -408,6 +318,7 @@ static void *host_stage(cuda_backend *c, size_t bytes) {
 static void cuda_moe_route(backend *b, const float *logits, int T, int E, int k, int kind, const float *expert_scale,
                            int32_t *sel, float *w) {
     cuda_backend *c = cu(b);
+    cuda_step_stop(c);
     if (c->failed) return;
     const size_t nl = (size_t)T * E, ns = (size_t)T * k;
     char *h = host_stage(c, (nl + (size_t)E + 2 * ns) * 4);
@@ -427,6 +338,7 @@ static const float *bias_of(const float *base, long off) { return base ? base + 
 static void cuda_moe(backend *b, const moe_experts *e, const float *x, const int32_t *sel, const float *w, int T, float *out,
                      float *work) {
     cuda_backend *c = cu(b);
+    cuda_step_stop(c);
     if (c->failed) return;
     const long H = e->hidden, I = e->inter;
     const int k = e->top_k;
@@ -453,8 +365,8 @@ static void cuda_moe(backend *b, const moe_experts *e, const float *x, const int
                 }
     }
     off[e->n_experts] = n;
-    int32_t *didx = grow(c, &c->moe_idx, ns * 4 + 16, "expert lists");
-    float *dw = grow(c, &c->moe_w, ns * 4 + 16, "expert weights");
+    int32_t *didx = cuda_grow(c, &c->moe_idx, ns * 4 + 16, "expert lists");
+    float *dw = cuda_grow(c, &c->moe_w, ns * 4 + 16, "expert weights");
     if (!didx || !dw) return;
     cuda_upload(b, didx, hidx, (size_t)n * 4);
     cuda_upload(b, dw, hwg, (size_t)n * 4);
@@ -526,11 +438,14 @@ static void destroy(backend *b) {
     if (c) {
         const char *st = getenv("CELER_STATS");
         if (st && strcmp(st, "1") == 0 && c->n_forwards > 0)
-            fprintf(stderr, "cuda: %ld forwards; per forward: %.0f kernel calls, %.1f uploads, %.2f waits, "
-                            "%.3f ms on the host from the last result to the end of enqueueing, %.3f ms waiting for results\n",
-                    c->n_forwards, (double)c->n_calls / c->n_forwards, (double)c->n_uploads / c->n_forwards,
-                    (double)c->n_waits / c->n_forwards, 1e3 * c->t_enqueue / c->n_forwards, 1e3 * c->t_wait / c->n_forwards);
+            fprintf(stderr, "cuda: %ld forwards (%ld step graph launches, %ld captures); per forward: %.0f kernel calls "
+                            "enqueued one by one, %.1f uploads, %.2f waits, %.3f ms on the host from the last result to "
+                            "the end of enqueueing, %.3f ms waiting for results\n",
+                    c->n_forwards, c->n_replays, c->n_captures, (double)c->n_calls / c->n_forwards,
+                    (double)c->n_uploads / c->n_forwards, (double)c->n_waits / c->n_forwards,
+                    1e3 * c->t_enqueue / c->n_forwards, 1e3 * c->t_wait / c->n_forwards);
         if (c->stream) cudaStreamSynchronize(c->stream);
+        cuda_steps_free(c);
         grow_buf *g[] = {&c->mv, &c->xbf, &c->wbf, &c->att, &c->tok, &c->route, &c->moe_idx, &c->moe_w};
         for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) cudaFree(g[i]->p);
         if (c->blas) cublasDestroy(c->blas);
@@ -549,7 +464,7 @@ static const backend_ops cuda_ops = {
     .on_device = 1,
     .alloc = cuda_alloc,
     .release = cuda_release,
-    .copy = cuda_copy,
+    .copy = cuda_step_copy,
     .upload = cuda_upload,
     .download = cuda_download,
     .upload_weight = upload_weight,
@@ -558,6 +473,8 @@ static const backend_ops cuda_ops = {
     .destroy = destroy,
     .status = status,
     .bandwidth = bandwidth,
+    .step_begin = cuda_step_begin,
+    .step_end = cuda_step_end,
     .matmul = cuda_matmul,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
@@ -569,6 +486,7 @@ static const backend_ops cuda_ops = {
     .moe = cuda_moe,
     .add = cuda_add,
     .embed = cuda_embed,
+    .put_rows = cuda_put_rows,
 };
 
 backend *celer_backend_cuda_new(int device_id, int64_t max_cols) {
@@ -597,6 +515,7 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols) {
     b->threads = 0;
     b->device_id = device_id;
     c->id = device_id;
+    c->graphs_off = -1;
     if ((e = cudaSetDevice(device_id)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         err_set("GPU %d: %s", device_id, cudaGetErrorString(e));
         destroy(b);
@@ -612,6 +531,12 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols) {
         cudaEventCreateWithFlags(&c->left[0], cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&c->left[1], cudaEventDisableTiming) != cudaSuccess) {
         err_set("GPU %d: cannot allocate %zu MiB of pinned staging memory", device_id, 2 * STAGE_HALF >> 20);
+        destroy(b);
+        return NULL;
+    }
+    if (!(c->values = malloc(STEP_VALUES)) || cudaMalloc(&c->dvalues, STEP_VALUES) != cudaSuccess) {
+        c->dvalues = NULL;
+        err_set("GPU %d: cannot allocate the %zu KiB step value block", device_id, STEP_VALUES >> 10);
         destroy(b);
         return NULL;
     }

@@ -53,10 +53,18 @@ int cuk_add(float *y, const float *x, long n, cuk_stream s);
 /* x [T, cols] = rows tok [T] of w, times scale */
 int cuk_embed(const weight *w, const int32_t *tok, int T, float scale, float *x, cuk_stream s);
 /* Causal GQA attention over kv (device pointers), as the CPU backend computes it,
- * split over the key range; work holds cuk_attention_work(...) floats. */
-int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p, float *out,
-                  float *work, cuk_stream s);
+ * split over the key range; work holds cuk_attention_work(...) floats. With n_dev
+ * (device memory) the key count is read from there when the kernel runs; kv->n then
+ * only fixes the split count: any count with the same cuk_attention_bucket works. */
+int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
+                  const attn_params *p, float *out, float *work, cuk_stream s);
 size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys);
+/* The count that stands for n_keys's split count (>= n_keys below 16,384 keys). */
+int cuk_attention_bucket(int n_keys);
+/* Cache slots [slot, slot + n) of kd, vd [slots, row] <- k, v [n, row], and of
+ * pd [slots] <- pos [n]; with slot_dev the slot is read from device memory instead. */
+int cuk_put_rows(float *kd, float *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev, const float *k,
+                 const float *v, const int32_t *pos, int n, cuk_stream s);
 /* x [n] *= s */
 int cuk_scale(float *x, long n, float s, cuk_stream st);
 /* x [n] = cap * tanh(x / cap) */

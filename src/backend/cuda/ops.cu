@@ -133,6 +133,29 @@ extern "C" int cuk_embed(const weight *w, const int32_t *tok, int T, float scale
     return cuk_check("embed");
 }
 
+/* cache slots [slot, slot + n) <- rows k, v [n, row] and positions pos [n]; slot from
+ * *slot_dev when it is not NULL (a recorded step reads it at replay time) */
+__global__ void kernel_put_rows(float *kd, float *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev,
+                                const float *k, const float *v, const int32_t *pos, int n) {
+    const int s0 = slot_dev ? *slot_dev : slot;
+    const long total = (long)n * row;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        kd[(long)s0 * row + i] = k[i];
+        vd[(long)s0 * row + i] = v[i];
+    }
+    if (blockIdx.x == 0)
+        for (int i = threadIdx.x; i < n; i += blockDim.x) pd[s0 + i] = pos[i];
+}
+
+extern "C" int cuk_put_rows(float *kd, float *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev, const float *k,
+                            const float *v, const int32_t *pos, int n, cuk_stream s) {
+    const long total = (long)n * row;
+    long nb = blocks_for(total, 256);
+    if (nb > 1024) nb = 1024;
+    kernel_put_rows<<<(unsigned)nb, 256, 0, (cudaStream_t)s>>>(kd, vd, pd, row, slot, slot_dev, k, v, pos, n);
+    return cuk_check("put_rows");
+}
+
 /* rows [r0, r0 + n) of w as bf16 hi, and (lo != NULL) the rounding error as bf16 lo */
 __global__ void kernel_weight_bf16(const weight w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo) {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
