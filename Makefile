@@ -135,6 +135,10 @@ $(B)/tests/cuda/test_cuda_kernels: tests/cuda/test_cuda_kernels.c $(B)/libceler_
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests -o $@ $< $(B)/libceler_cuda.a $(B)/libceler.a $(CUDA_LDLIBS)
 
+$(B)/tests/cuda/test_cuda_sample: tests/cuda/test_cuda_sample.c tests/harness.h $(B)/libceler_cuda.a $(B)/libceler.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests -o $@ $< $(B)/libceler_cuda.a $(B)/libceler.a $(CUDA_LDLIBS)
+
 $(B)/tests/cuda/test_cuda_kv: tests/cuda/test_cuda_kv.c tests/harness.h tests/fixture_util.h $(B)/libceler.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
@@ -143,11 +147,12 @@ $(B)/tests/cuda/test_cuda_graph: tests/cuda/test_cuda_graph.c tests/harness.h te
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
 
-cuda: $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_kv $(B)/libceler-cuda.so
+cuda: $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/libceler-cuda.so
 
 # On the GPU machine: kernel tests, every model fixture on the GPU, then the kernel benchmark.
 test-cuda: cuda tests
 	$(B)/tests/cuda/test_cuda_kernels
+	$(B)/tests/cuda/test_cuda_sample
 	CELER_DEVICE=cuda $(B)/tests/test_fixtures_models
 	$(B)/tests/cuda/test_cuda_kv
 	$(B)/tests/cuda/test_cuda_graph

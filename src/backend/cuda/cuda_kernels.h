@@ -82,6 +82,25 @@ int cuk_moe_act(const float *g, const float *u, long gs, long gi, long I, int n,
 /* out [1] = argmax of x [n] (lowest index on ties) */
 int cuk_argmax(const float *x, int n, int32_t *out, cuk_stream s);
 
+/* Sampling parameters the device sampler takes (engine/sample.c without penalties). */
+typedef struct {
+    float temperature;   /* <= 0: greedy (the argmax, lowest id on ties) */
+    int top_k;           /* 1..CUK_SAMPLE_MAX_K; the device sampler needs a top-k */
+    float top_p;         /* >= 1: off */
+    float min_p;         /* <= 0: off */
+} cuk_sample_params;
+#define CUK_SAMPLE_MAX_K 1024
+/* Whether cuk_sample computes exactly what engine/sample.c would for p (no penalties). */
+int cuk_sample_supported(const cuk_sample_params *p);
+/* One token from logits [V] (device) as celer_sampler_sample picks it, given the
+ * uniform draw u[0] (device memory, a double in [0, 1)): the token goes to out[0]
+ * (device memory) and, if host_out is not NULL, to host_out[0] (mapped pinned host
+ * memory, written by the kernel). The draw is used whenever temperature > 0.
+ * work holds cuk_sample_work(V) bytes. */
+size_t cuk_sample_work(int V);
+int cuk_sample(const float *logits, int V, const cuk_sample_params *p, const double *u, int32_t *out,
+               int32_t *host_out, void *work, cuk_stream s);
+
 #ifdef __cplusplus
 }
 #endif
