@@ -147,7 +147,11 @@ $(B)/tests/cuda/test_cuda_graph: tests/cuda/test_cuda_graph.c tests/harness.h te
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
 
-cuda: $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/libceler-cuda.so
+$(B)/tests/cuda/test_cuda_decode: tests/cuda/test_cuda_decode.c tests/harness.h $(B)/libceler.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
+
+cuda: $(B)/tests/cuda/test_cuda_decode $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/libceler-cuda.so
 
 # On the GPU machine: kernel tests, every model fixture on the GPU, then the kernel benchmark.
 test-cuda: cuda tests
@@ -156,6 +160,7 @@ test-cuda: cuda tests
 	CELER_DEVICE=cuda $(B)/tests/test_fixtures_models
 	$(B)/tests/cuda/test_cuda_kv
 	$(B)/tests/cuda/test_cuda_graph
+	$(B)/tests/cuda/test_cuda_decode
 	$(B)/tests/cuda/test_cuda_kernels --bench-only
 
 .PHONY: cuda test-cuda

@@ -33,6 +33,17 @@ typedef struct {
     const float *sinks;  /* [n_heads] extra softmax logit per head, or NULL */
 } attn_params;
 
+/* What a device sampler needs (engine/sample.c's filters, without penalties). */
+typedef struct {
+    float temperature;   /* <= 0: the argmax */
+    int top_k;           /* > 0 */
+    float top_p;         /* >= 1: off */
+    float min_p;         /* <= 0: off */
+} sample_params;
+
+/* Slots of a device sampler's results the host can wait on. */
+#define SAMPLE_SLOTS 4
+
 /* How an expert stores its gate and up projections. */
 enum {
     MOE_GU_HALVES = 0,       /* gate_up [2I, H]: rows 0..I-1 gate, I..2I-1 up (Gemma 4) */
@@ -98,11 +109,31 @@ typedef struct {
      * NULL on backends that run every op at once. */
     int (*step_begin)(backend *b, int T);
     void (*step_end)(backend *b);
+    /* Device sampling (NULL where the host samples): picks a token from logits [V]
+     * (backend memory) as engine/sample.c does without penalties, with the uniform
+     * draw u, and writes it to tok (backend memory: the next step's input) and to
+     * result slot `slot` (< SAMPLE_SLOTS). Returns -1 without doing anything when p
+     * needs the host. sampled waits for a slot's token and returns it (-1 with a
+     * message when the device failed). */
+    int (*sample)(backend *b, const float *logits, int V, const sample_params *p, double u, int32_t *tok, int slot);
+    int32_t (*sampled)(backend *b, int slot);
     /* ---- arithmetic ------------------------------------------------------------- */
     /* W [rows, cols] @ x [T, cols] -> y [T, rows] */
     void (*matmul)(backend *b, const weight *w, const float *x, float *y, int T);
     /* y [T, n] = x * rsqrt(mean(x^2) + eps) * (w or 1 + w or 1 when w is NULL); y may be x */
     void (*rmsnorm)(backend *b, const float *x, const float *w, float *y, int T, int n, float eps, int plus_one);
+    /* A residual add fused with the norms around it: x [T, n] += d', with d' = d *
+     * rsqrt(mean(d^2) + eps) * (dw | 1 + dw) when dw is not NULL (a post-norm) and d
+     * otherwise; then, when y is not NULL, y [T, n] = rmsnorm(x) as rmsnorm does with
+     * w (NULL: no weight). y may be d. Same arithmetic as the separate ops. */
+    void (*add_rmsnorm)(backend *b, float *x, const float *d, const float *dw, const float *w, float *y, int T, int n,
+                        float eps, int plus_one);
+    /* Per head of q [T, n_heads, head_dim] and k [T, n_kv, head_dim] (k may be NULL),
+     * in place: RMSNorm with qw / kw (NULL: no weight) when norm, then RoPE at
+     * positions pos [T] when r is not NULL. Same arithmetic as rmsnorm and rope. */
+    void (*qk_norm_rope)(backend *b, float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm,
+                         const float *qw, const float *kw, float eps, int plus_one, const int32_t *pos,
+                         const rope_table *r);
     /* x [T, n_heads, head_dim] rotated in place at positions pos [T] */
     void (*rope)(backend *b, float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r);
     /* q [T, n_heads, head_dim] at positions qpos [T] over kv -> out [T, n_heads, head_dim]; causal */

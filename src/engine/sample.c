@@ -8,6 +8,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "engine/engine.h"
 #include "engine/sample.h"
 
 /* ---------------------------------------------------------------- PRNG */
@@ -284,15 +285,35 @@ int sample_candidates(celer_sampler *s, const float *logits, const int32_t **ids
 int32_t celer_sampler_sample(celer_sampler *s, const float *logits) {
     const int32_t *ids;
     const float *probs;
+    /* one draw per token whenever temperature > 0, even when one candidate is left,
+     * so a device sampler (which cannot tell the host how many were left) keeps the
+     * same sequence of draws */
+    double u = s->p.temperature > 0.0f ? sample_rng_uniform(&s->rng) : 0.0, cum = 0.0;
     int n = sample_candidates(s, logits, &ids, &probs);
     if (n == 1) return ids[0];
-    double u = sample_rng_uniform(&s->rng), cum = 0.0;
     for (int i = 0; i < n; i++) {
         cum += probs[i];
         if (u < cum) return ids[i];
     }
     return ids[n - 1];  /* u beyond the rounded total */
 }
+
+int sample_device_params(const celer_sampler *s, sample_params *p) {
+    const celer_sampler_params *q = &s->p;
+    if (q->repeat_penalty != 1.0f || q->presence_penalty != 0.0f || q->frequency_penalty != 0.0f) return 0;
+    p->temperature = q->temperature;
+    p->top_k = q->top_k;
+    p->top_p = q->top_p;
+    p->min_p = q->min_p;
+    return 1;
+}
+
+double sample_device_draw(celer_sampler *s, sample_rng *before) {
+    *before = s->rng;
+    return s->p.temperature > 0.0f ? sample_rng_uniform(&s->rng) : 0.0;
+}
+
+void sample_device_undraw(celer_sampler *s, const sample_rng *before) { s->rng = *before; }
 
 /* ---------------------------------------------------------------- generation */
 
@@ -303,7 +324,10 @@ int celer_generate_sampled(celer_session *s, celer_sampler *smp, const int32_t *
         return err_set("generate: need a prompt of at least one token and n_gen >= 0 (got %d and %d)", n_prompt, n_gen);
     if (celer_session_eval(s, prompt, n_prompt, NULL, 0) != 0) return -1;
     for (int i = 0; i < n_prompt; i++) celer_sampler_accept(smp, prompt[i]);
-    int k = 0;
+    if (n_gen == 0) return 0;
+    int k = engine_decode_pipelined(s, smp, n_gen, stop_token, out, on_token, ctx);
+    if (k != -2) return k;
+    k = 0;
     while (k < n_gen) {
         int32_t t = celer_sampler_sample(smp, celer_session_logits(s));
         celer_sampler_accept(smp, t);

@@ -9,6 +9,7 @@
 #define CELER_ENGINE_SAMPLE_H
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "celer.h"
 
 /* xoshiro256** seeded through splitmix64: small, fast, and the same sequence on
@@ -31,4 +32,13 @@ void sample_apply_penalties(celer_sampler *smp, float *logits);
  * into smp's buffers, valid until the next call on smp. Returns the count
  * (>= 1). With temperature <= 0 the set is the argmax alone with probability 1. */
 int sample_candidates(celer_sampler *smp, const float *logits, const int32_t **ids, const float **probs);
+
+/* Device sampling (engine/decode.c). 1 and smp's filters in *p when no penalty is in
+ * effect (a device sampler applies none), else 0. */
+int sample_device_params(const celer_sampler *smp, sample_params *p);
+/* The uniform draw for one token, as celer_sampler_sample takes it (a draw whenever
+ * temperature > 0, else none and 0); *before gets the generator's state first, so
+ * sample_device_undraw can take back a draw whose token was never used. */
+double sample_device_draw(celer_sampler *smp, sample_rng *before);
+void sample_device_undraw(celer_sampler *smp, const sample_rng *before);
 #endif

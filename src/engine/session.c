@@ -148,6 +148,18 @@ int celer_session_eval(celer_session *s, const int32_t *tok, int n, float *logit
     return 0;
 }
 
+int engine_step_device_token(celer_session *s) {
+    model *m = s->cm->m;
+    if (s->pos + 1 > s->ctx)
+        return err_set("context full: %d cached + 1 new token exceed the context size %d (raise --ctx-size)", s->pos, s->ctx);
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (m->plan[l].kv_source < 0 && kv_prepare(s->caches[l], s->pos, 1) != 0) return err_prefix("layer %d", l);
+    if (model_forward(m, s->caches, s->scratch, NULL, 1, s->pos, 0) != 0) return -1;
+    s->tokens[s->pos++] = -1; /* the caller fills it in once the token is read back */
+    s->has_logits = 0;        /* they stay on the device */
+    return 0;
+}
+
 const float *celer_session_logits(const celer_session *s) { return s->has_logits ? s->last : NULL; }
 
 int32_t celer_session_argmax(const celer_session *s) {

@@ -73,6 +73,28 @@ static void add_bias(backend *b, float *y, const float *bias, int T, long n) {
     for (int t = 0; t < T; t++) b->ops->add(b, y + (long)t * n, bias, n);
 }
 
+/* Residual adds are deferred: a block leaves its output (and post-norm weight) owed
+ * to x, and the next norm of x takes it in the same kernel (add_rmsnorm), saving
+ * two passes per block; anything else that reads x settles the debt first. */
+static void owe(model_scratch *s, const float *f, const float *post_w) {
+    s->owed = f;
+    s->owed_w = post_w;
+}
+
+static void settle(model *m, model_scratch *s, int T) {
+    if (!s->owed) return;
+    m->be->ops->add_rmsnorm(m->be, s->x, s->owed, s->owed_w, NULL, NULL, T, m->cfg.hidden, m->cfg.eps, m->cfg.norm_plus_one);
+    s->owed = NULL;
+}
+
+/* out [T, H] = norm(x) with weight w, after settling what x is owed */
+static void norm_x(model *m, model_scratch *s, const float *w, float *out, int T) {
+    const model_config *c = &m->cfg;
+    if (s->owed) m->be->ops->add_rmsnorm(m->be, s->x, s->owed, s->owed_w, w, out, T, c->hidden, c->eps, c->norm_plus_one);
+    else m->be->ops->rmsnorm(m->be, s->x, w, out, T, c->hidden, c->eps, c->norm_plus_one);
+    s->owed = NULL;
+}
+
 /* Per-layer inputs (Gemma 4), from the scaled embedding x [T, H]:
  * ple [T, L, P] = (norm(proj(x) * H^-1/2) + embed_per_layer(tok) * sqrt(P)) * 2^-1/2 */
 static void per_layer_inputs(model *m, model_scratch *s, int T) {
@@ -104,16 +126,16 @@ static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scra
 
     const float *h = s->x;
     if (p->norm != NORM_POST) {
-        op->rmsnorm(b, s->x, w->attn_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
+        norm_x(m, s, w->attn_norm, s->xn, T);
         h = s->xn;
+    } else {
+        settle(m, s, T);
     }
     /* a decode step with fused weights computes q|k|v as one row of one product */
     const int fused = T == 1 && w->wqkv.data;
     float *q = fused ? s->qkv : s->q, *k = fused ? s->qkv + qd : s->k, *v = fused ? s->qkv + qd + kd : s->v;
     op->matmul(b, fused ? &w->wqkv : &w->wq, h, q, T);
     add_bias(b, q, w->bq, T, qd);
-    if (p->qk_norm) op->rmsnorm(b, q, w->q_norm, q, T * p->n_heads, p->head_dim, c->eps, c->norm_plus_one);
-    if (rope) op->rope(b, q, T, p->n_heads, p->head_dim, s->pos, rope);
 
     int src = l;
     if (p->kv_source >= 0) {
@@ -127,10 +149,12 @@ static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scra
             if (!fused) op->matmul(b, &w->wv, h, v, T);
             add_bias(b, v, w->bv, T, kd);
         }
-        if (p->qk_norm) op->rmsnorm(b, k, w->k_norm, k, T * p->n_kv, p->head_dim, c->eps, c->norm_plus_one);
         if (p->v_norm) op->rmsnorm(b, v, NULL, v, T * p->n_kv, p->head_dim, c->eps, 0);
-        if (rope) op->rope(b, k, T, p->n_kv, p->head_dim, s->pos, rope);
     }
+    /* q (and this layer's k): the per-head norm and RoPE in one pass */
+    if (p->qk_norm || rope)
+        op->qk_norm_rope(b, q, src == l ? k : NULL, T, p->n_heads, p->n_kv, p->head_dim, p->qk_norm, w->q_norm, w->k_norm,
+                         c->eps, c->norm_plus_one, s->pos, rope);
     /* each sequence writes its rows into its own cache and attends over it */
     attn_params ap = {p->n_heads, p->n_kv, p->head_dim, p->attn_scale, p->window, p->attn_softcap, w->sinks};
     for (int i = 0, r = 0; i < n_seqs; r += seqs[i++].T) {
@@ -142,8 +166,7 @@ static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scra
     }
     op->matmul(b, &w->wo, s->att, s->xn, T);
     add_bias(b, s->xn, w->bo, T, H);
-    if (w->attn_post_norm) op->rmsnorm(b, s->xn, w->attn_post_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
-    op->add(b, s->x, s->xn, T * H);
+    owe(s, s->xn, w->attn_post_norm);
     return 0;
 }
 
@@ -186,8 +209,10 @@ static void ffn_block(model *m, model_scratch *s, int l, int T) {
 
     const float *h = s->x;
     if (p->norm != NORM_POST) {
-        op->rmsnorm(b, s->x, w->mlp_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
+        norm_x(m, s, w->mlp_norm, s->xn, T);
         h = s->xn;
+    } else {
+        settle(m, s, T);
     }
     float *f = s->xn;
     if (p->inter > 0) {
@@ -219,8 +244,7 @@ static void ffn_block(model *m, model_scratch *s, int l, int T) {
             f = s->ffn;
         }
     }
-    if (w->mlp_post_norm) op->rmsnorm(b, f, w->mlp_post_norm, f, T, (int)H, c->eps, c->norm_plus_one);
-    op->add(b, s->x, f, T * H);
+    owe(s, f, w->mlp_post_norm);
 }
 
 /* Per-layer input step of layer l (Gemma 4), after the feed-forward residual:
@@ -230,12 +254,12 @@ static void per_layer_input_block(model *m, model_scratch *s, int l, int T) {
     const layer_weights *w = &m->lw[l];
     backend *b = m->be;
     const backend_ops *op = b->ops;
-    const long H = c->hidden, P = c->ple_dim, L = c->n_layers;
+    const long P = c->ple_dim, L = c->n_layers;
+    settle(m, s, T);
     op->matmul(b, &w->ple_gate, s->x, s->pg, T);
     for (int t = 0; t < T; t++) op->glu(b, s->pg + t * P, s->ple + ((long)t * L + l) * P, P, (int)c->act);
     op->matmul(b, &w->ple_proj, s->pg, s->xn, T);
-    op->rmsnorm(b, s->xn, w->ple_post_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
-    op->add(b, s->x, s->xn, T * H);
+    owe(s, s->xn, w->ple_post_norm);
 }
 
 static int has_experts(const model *m) {
@@ -258,17 +282,18 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
     for (int i = 0, r = 0; i < n_seqs; i++)
         for (int t = 0; t < seqs[i].T; t++, r++) {
             const int at = seqs[i].past + t;
-            if (tok[r] < 0 || tok[r] >= c->vocab)
+            if (tok && (tok[r] < 0 || tok[r] >= c->vocab))
                 return err_set("token id %d at input position %d is out of range (vocab size %d)", tok[r], at, c->vocab);
-            if (c->ple_dim > 0 && tok[r] >= c->ple_vocab)
+            if (tok && c->ple_dim > 0 && tok[r] >= c->ple_vocab)
                 return err_set("token id %d at input position %d is out of the per-layer table (%d rows)", tok[r], at, c->ple_vocab);
             s->pos_host[r] = at;
         }
+    s->owed = NULL;
     /* A few tokens at once (decode) may run as one recorded graph; expert routing
      * reads its choices on the host, so plans with experts run op by op. */
     const int graph = op->step_begin && !has_experts(m) && op->step_begin(b, T);
     op->upload(b, s->pos, s->pos_host, (size_t)T * sizeof(int32_t));
-    op->upload(b, s->tok, tok, (size_t)T * sizeof(int32_t));
+    if (tok) op->upload(b, s->tok, tok, (size_t)T * sizeof(int32_t)); /* else a device sampler wrote s->tok */
 
     /* x = embed(tok) * embed_scale; per-layer inputs read this scaled embedding */
     op->embed(b, &m->embed, s->tok, T, c->embed_scale, s->x);
@@ -288,14 +313,18 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
         }
         ffn_block(m, s, l, T);
         if (p->per_layer_input) per_layer_input_block(m, s, l, T);
-        if (p->layer_scalar) op->scale(b, s->x, T * H, m->lw[l].layer_scalar);
+        if (p->layer_scalar) {
+            settle(m, s, T);
+            op->scale(b, s->x, T * H, m->lw[l].layer_scalar);
+        }
     }
 
     /* logits = softcap(lm_head(norm(x))) for every row, or the last of each sequence */
     int R = T;
-    if (all) {
-        op->rmsnorm(b, s->x, m->final_norm, s->xn, T, (int)H, c->eps, c->norm_plus_one);
+    if (all || (n_seqs == 1 && T == 1 && seqs[0].want_logits)) {
+        norm_x(m, s, m->final_norm, s->xn, T);
     } else {
+        settle(m, s, T);
         R = 0;
         for (int i = 0, r = 0; i < n_seqs; i++) {
             r += seqs[i].T;

@@ -213,6 +213,7 @@ typedef struct {
     float *logits; /* [max_T, V] */
     int32_t *pos;  /* [max_T] positions of the rows, in backend memory */
     int32_t *tok;  /* [max_T] token ids of the rows, in backend memory */
+    const float *owed, *owed_w; /* forward.c: a block output [T, H] not yet added to x (and its post-norm) */
     int32_t *pos_host; /* [max_T] the same on the host (cache bookkeeping) */
     backend *be;   /* allocated the buffers above (all but pos_host) */
 } model_scratch;
@@ -225,7 +226,8 @@ void model_logits_read(const model_scratch *s, int row, int n_rows, int vocab, f
 
 /* Runs T (<= scratch max_T) tokens at positions past..past+T-1 through the model,
  * appending to caches [n_layers]. Writes logits of all T rows (all != 0) or of the
- * last only into s->logits. -1 (caches unchanged past what was appended) on error. */
+ * last only into s->logits. tok NULL: the ids are in s->tok already (a device
+ * sampler wrote them). -1 (caches unchanged past what was appended) on error. */
 int model_forward(model *m, kv_cache **caches, model_scratch *s, const int32_t *tok, int T, int past, int all);
 
 /* One sequence of a batched forward: T consecutive rows of the batch's tokens. */

@@ -55,6 +55,29 @@ static void cpu_rope(backend *b, float *x, int T, int n_heads, int head_dim, con
     }
 }
 
+static void cpu_add_rmsnorm(backend *b, float *x, const float *d, const float *dw, const float *w, float *y, int T, int n,
+                            float eps, int plus_one) {
+    for (int t = 0; t < T; t++) {
+        float *xr = x + (long)t * n;
+        const float *dr = d + (long)t * n;
+        double ss = 0;
+        if (dw)
+            for (int i = 0; i < n; i++) ss += (double)dr[i] * dr[i];
+        const float r = dw ? 1.0f / sqrtf((float)(ss / n) + eps) : 1.0f;
+        for (int i = 0; i < n; i++) xr[i] += dw ? dr[i] * r * (plus_one ? 1.0f + dw[i] : dw[i]) : dr[i];
+    }
+    if (y) cpu_rmsnorm(b, x, w, y, T, n, eps, plus_one);
+}
+
+static void cpu_qk_norm_rope(backend *b, float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm,
+                             const float *qw, const float *kw, float eps, int plus_one, const int32_t *pos,
+                             const rope_table *r) {
+    if (norm) cpu_rmsnorm(b, q, qw, q, T * n_heads, head_dim, eps, plus_one);
+    if (norm && k) cpu_rmsnorm(b, k, kw, k, T * n_kv, head_dim, eps, plus_one);
+    if (r) cpu_rope(b, q, T, n_heads, head_dim, pos, r);
+    if (r && k) cpu_rope(b, k, T, n_kv, head_dim, pos, r);
+}
+
 static void cpu_glu(backend *b, float *g, const float *u, long n, int act) {
     (void)b;
     if (act == 0) {
@@ -154,6 +177,8 @@ static const backend_ops cpu_ops = {
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
+    .add_rmsnorm = cpu_add_rmsnorm,
+    .qk_norm_rope = cpu_qk_norm_rope,
     .attention = cpu_attention,
     .glu = cpu_glu,
     .scale = cpu_scale,

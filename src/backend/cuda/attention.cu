@@ -32,7 +32,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float 
                                                                   const int32_t *__restrict__ kpos, int n,
                                                                   const int32_t *__restrict__ n_dev, long stride,
                                                                   int n_heads, int n_kv, float scale, int window, float softcap,
-                                                                  int splits, float *__restrict__ part) {
+                                                                  int splits, float *__restrict__ part,
+                                                                  const float *__restrict__ sinks, float *__restrict__ final_out) {
     constexpr int PL = HD / 32; /* channels per lane */
     const int th = blockIdx.x, split = blockIdx.y;
     const int t = th / n_heads, h = th % n_heads, g = h / (n_heads / n_kv);
@@ -73,6 +74,25 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float 
     float M = -INFINITY;
 #pragma unroll
     for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w]);
+    if (final_out) {
+        /* one split: kernel_attn_merge's arithmetic here, saving its launch */
+        float L = 0.f;
+        for (int w = 0; w < ATT_WARPS; w++) L += sm[w] == -INFINITY ? 0.f : sl[w] * __expf(sm[w] - M);
+        float M2 = sinks ? sinks[h] : -INFINITY;
+        M2 = fmaxf(M2, M);
+        float L2 = sinks ? __expf(sinks[h] - M2) : 0.f;
+        if (M != -INFINITY) L2 += L * __expf(M - M2);
+        const float inv = L2 > 0.f ? 1.f / L2 : 0.f;
+        for (int c = threadIdx.x; c < HD; c += blockDim.x) {
+            float s = 0.f;
+#pragma unroll
+            for (int w = 0; w < ATT_WARPS; w++) s += sm[w] == -INFINITY ? 0.f : sacc[w][c] * __expf(sm[w] - M);
+            float acc = 0.f;
+            if (M != -INFINITY) acc += s * __expf(M - M2);
+            final_out[(long)th * HD + c] = acc * inv;
+        }
+        return;
+    }
     float *out = part + ((long)th * splits + split) * (HD + 2);
     for (int c = threadIdx.x; c < HD; c += blockDim.x) {
         float s = 0.f;
@@ -118,7 +138,8 @@ extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const a
     const dim3 grid((unsigned)(T * p->n_heads), (unsigned)splits), block(ATT_WARPS * 32);
 #define ATT(HD)                                                                                                         \
     kernel_attn_split<HD><<<grid, block, 0, s>>>(q, qpos, kv->k, kv->v, kv->pos, kv->n, n_dev, kv->row_stride, p->n_heads, \
-                                                 p->n_kv, p->scale, p->window, p->softcap, splits, work)
+                                                 p->n_kv, p->scale, p->window, p->softcap, splits, work, p->sinks, \
+                                                 splits == 1 ? out : NULL)
     switch (p->head_dim) {
     case 32: ATT(32); break;
     case 64: ATT(64); break;
@@ -131,6 +152,7 @@ extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const a
     }
 #undef ATT
     if (cuk_check("attention") != 0) return -1;
+    if (splits == 1) return 0;
     kernel_attn_merge<<<T * p->n_heads, 128, 0, s>>>(work, splits, p->head_dim, p->sinks, p->n_heads, out);
     return cuk_check("attention merge");
 }

@@ -143,12 +143,20 @@ static void cuda_download(backend *b, void *host, const void *src, size_t n) {
         memset(host, 0, n);
         return;
     }
-    double t0 = now_s();
+    cuda_wait_begin(c);
     if (cuda_ok(c, cudaMemcpyAsync(host, src, n, cudaMemcpyDeviceToHost, c->stream), "download"))
         cuda_ok(c, cudaStreamSynchronize(c->stream), "download");
+    cuda_wait_end(c);
+}
+
+/* CELER_STATS: host time spent waiting for results, and the mark from which host
+ * time is counted as enqueueing */
+void cuda_wait_begin(cuda_backend *c) { c->t_wait_start = now_s(); }
+
+void cuda_wait_end(cuda_backend *c) {
     c->n_waits++;
     c->t_mark = now_s();
-    c->t_wait += c->t_mark - t0;
+    c->t_wait += c->t_mark - c->t_wait_start;
 }
 
 /* ---- weights ----------------------------------------------------------------- */
@@ -446,7 +454,7 @@ static void destroy(backend *b) {
                     1e3 * c->t_enqueue / c->n_forwards, 1e3 * c->t_wait / c->n_forwards);
         if (c->stream) cudaStreamSynchronize(c->stream);
         cuda_steps_free(c);
-        grow_buf *g[] = {&c->mv, &c->xbf, &c->wbf, &c->att, &c->tok, &c->route, &c->moe_idx, &c->moe_w};
+        grow_buf *g[] = {&c->mv, &c->xbf, &c->wbf, &c->att, &c->tok, &c->route, &c->moe_idx, &c->moe_w, &c->smp};
         for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) cudaFree(g[i]->p);
         if (c->blas) cublasDestroy(c->blas);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -454,6 +462,9 @@ static void destroy(backend *b) {
         if (c->stage) cudaFreeHost(c->stage);
         for (int i = 0; i < 2; i++)
             if (c->left[i]) cudaEventDestroy(c->left[i]);
+        for (int i = 0; i < SAMPLE_SLOTS; i++)
+            if (c->sample_done[i]) cudaEventDestroy(c->sample_done[i]);
+        if (c->sampled) cudaFreeHost(c->sampled);
         free(c);
     }
     free(b);
@@ -475,9 +486,13 @@ static const backend_ops cuda_ops = {
     .bandwidth = bandwidth,
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,
+    .sample = cuda_sample,
+    .sampled = cuda_sampled,
     .matmul = cuda_matmul,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
+    .add_rmsnorm = cuda_add_rmsnorm,
+    .qk_norm_rope = cuda_qk_norm_rope,
     .attention = cuda_attention,
     .glu = cuda_glu,
     .scale = cuda_scale,
@@ -531,6 +546,16 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols) {
         cudaEventCreateWithFlags(&c->left[0], cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&c->left[1], cudaEventDisableTiming) != cudaSuccess) {
         err_set("GPU %d: cannot allocate %zu MiB of pinned staging memory", device_id, 2 * STAGE_HALF >> 20);
+        destroy(b);
+        return NULL;
+    }
+    /* sampled tokens: written by the sampler kernel into mapped host memory */
+    int ok = cudaHostAlloc((void **)&c->sampled, SAMPLE_SLOTS * sizeof(int32_t), cudaHostAllocMapped) == cudaSuccess &&
+             cudaHostGetDevicePointer((void **)&c->sampled_dev, c->sampled, 0) == cudaSuccess;
+    for (int i = 0; i < SAMPLE_SLOTS && ok; i++)
+        ok = cudaEventCreateWithFlags(&c->sample_done[i], cudaEventDisableTiming) == cudaSuccess;
+    if (!ok) {
+        err_set("GPU %d: cannot allocate mapped memory for sampled tokens", device_id);
         destroy(b);
         return NULL;
     }

@@ -43,6 +43,15 @@ int cuk_gemm(void *cublas, const weight *w, const float *x, float *y, int T, uin
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);
 /* y [T, n] = x * rsqrt(mean(x^2) + eps) * (w | 1 + w | 1) */
 int cuk_rmsnorm(const float *x, const float *w, float *y, int T, int n, float eps, int plus_one, cuk_stream s);
+/* x [T, n] += d (or rmsnorm(d) * dw when dw != NULL), then y = rmsnorm(x) * w when y != NULL
+ * (backend.h's add_rmsnorm) */
+int cuk_add_rmsnorm(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n, float eps,
+                    int plus_one, cuk_stream s);
+/* per head of q [T, n_heads, hd] and k [T, n_kv, hd] (or NULL): RMSNorm (norm) then
+ * RoPE (inv_freq != NULL), head_dim <= 512 (backend.h's qk_norm_rope) */
+int cuk_qk_norm_rope(float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm, const float *qw,
+                     const float *kw, float eps, int plus_one, const int32_t *pos, const float *inv_freq, int dim,
+                     float attn_factor, cuk_stream s);
 /* x [T, n_heads, head_dim] rotated in place; pos [T] and inv_freq [dim/2] on the device */
 int cuk_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const float *inv_freq, int dim,
              float attn_factor, cuk_stream s);

@@ -40,6 +40,108 @@ extern "C" int cuk_rmsnorm(const float *x, const float *w, float *y, int T, int 
     return cuk_check("rmsnorm");
 }
 
+/* sum of v over the block (blockDim a multiple of 32), in kernel_rmsnorm's order */
+__device__ __forceinline__ float block_sum(float v, float *part) {
+    v = warp_sum(v);
+    __syncthreads(); /* part may still be read from the last call */
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float u = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
+        u = warp_sum(u);
+        if (threadIdx.x == 0) part[0] = u;
+    }
+    __syncthreads();
+    return part[0];
+}
+
+/* one block per row: x += d (or d's norm with dw), then y = norm(x) when y != NULL;
+ * the per-thread sums run in kernel_rmsnorm's order, so results match the separate
+ * kernels bit for bit. Each thread writes only elements it read (y may be d). */
+__global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const float *__restrict__ dw,
+                                   const float *__restrict__ w, float *y, int n, float eps, int plus_one) {
+    float *xr = x + (long)blockIdx.x * n;
+    const float *dr = d + (long)blockIdx.x * n;
+    __shared__ float part[32];
+    float r = 1.f;
+    if (dw) {
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) ss += dr[i] * dr[i];
+        r = rsqrtf(block_sum(ss, part) / n + eps);
+    }
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float a = dw ? dr[i] * r * (plus_one ? 1.f + dw[i] : dw[i]) : dr[i];
+        const float v = xr[i] + a;
+        xr[i] = v;
+        ss += v * v;
+    }
+    if (!y) return;
+    const float r2 = rsqrtf(block_sum(ss, part) / n + eps);
+    float *yr = y + (long)blockIdx.x * n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float g = w ? (plus_one ? 1.f + w[i] : w[i]) : 1.f;
+        yr[i] = xr[i] * r2 * g;
+    }
+}
+
+extern "C" int cuk_add_rmsnorm(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n, float eps,
+                               int plus_one, cuk_stream s) {
+    int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
+    kernel_add_rmsnorm<<<T, threads, 0, (cudaStream_t)s>>>(x, d, dw, w, y, n, eps, plus_one);
+    return cuk_check("add_rmsnorm");
+}
+
+/* one block of head_dim threads per (token, head) of q then k: the head's RMSNorm
+ * (as kernel_rmsnorm) and RoPE (as kernel_rope) in one pass */
+__global__ void kernel_qk_norm_rope(float *q, float *k, int n_heads, int n_kv, int head_dim, int norm,
+                                    const float *__restrict__ qw, const float *__restrict__ kw, float eps, int plus_one,
+                                    const int32_t *__restrict__ pos, const float *__restrict__ inv_freq, int dim, float af) {
+    const int nh = n_heads + (k ? n_kv : 0);
+    const int t = blockIdx.x / nh, h = blockIdx.x % nh, c = threadIdx.x;
+    const bool isq = h < n_heads;
+    float *v = isq ? q + ((long)t * n_heads + h) * head_dim : k + ((long)t * n_kv + (h - n_heads)) * head_dim;
+    const float *w = isq ? qw : kw;
+    __shared__ float part[32];
+    __shared__ float row[512];
+    float a = c < head_dim ? v[c] : 0.f;
+    if (norm) {
+        const float r = rsqrtf(block_sum(a * a, part) / head_dim + eps);
+        const float g = w && c < head_dim ? (plus_one ? 1.f + w[c] : w[c]) : 1.f;
+        a = a * r * g;
+    }
+    if (!inv_freq) {
+        if (c < head_dim) v[c] = a;
+        return;
+    }
+    row[c] = a;
+    __syncthreads();
+    const int half = dim / 2;
+    if (c < half) {
+        const float ang = (float)pos[t] * inv_freq[c];
+        float sn, cs;
+        sincosf(ang, &sn, &cs);
+        cs *= af;
+        sn *= af;
+        const float x0 = row[c], x1 = row[c + half];
+        v[c] = x0 * cs - x1 * sn;
+        v[c + half] = x1 * cs + x0 * sn;
+    } else if (c >= dim && c < head_dim) {
+        v[c] = a;
+    }
+}
+
+extern "C" int cuk_qk_norm_rope(float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm, const float *qw,
+                                const float *kw, float eps, int plus_one, const int32_t *pos, const float *inv_freq, int dim,
+                                float attn_factor, cuk_stream s) {
+    if (head_dim > 512) return err_set("cuda qk_norm_rope: head_dim %d exceeds 512", head_dim);
+    const int threads = ((head_dim + 31) / 32) * 32;
+    const int blocks = T * (n_heads + (k ? n_kv : 0));
+    kernel_qk_norm_rope<<<blocks, threads, 0, (cudaStream_t)s>>>(q, k, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one,
+                                                                  pos, inv_freq, dim, attn_factor);
+    return cuk_check("qk_norm_rope");
+}
+
 __global__ void kernel_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const float *inv_freq, int dim,
                             float af) {
     const int half = dim / 2;

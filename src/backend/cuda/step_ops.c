@@ -38,6 +38,7 @@ static int reserve_work(cuda_backend *c, const step_op *e) {
         return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") &&
                (!wrows || cuda_grow(c, &c->wbf, cuk_gemm_wbf_elems(wrows, w->cols) * 2, "gemm staging"));
     }
+    case SOP_SAMPLE: return cuda_grow(c, &c->smp, cuk_sample_work(e->u.smp.V), "sampler work") != NULL;
     case SOP_ATTN:
         return cuda_grow(c, &c->att,
                          cuk_attention_work(e->u.attn.T, e->u.attn.p.n_heads, e->u.attn.p.head_dim, e->u.attn.kv.n) *
@@ -73,6 +74,15 @@ static void run_op(cuda_backend *c, const step_op *e, const char *vals) {
         RUN(cuk_attention(e->u.attn.q, e->u.attn.qpos, e->u.attn.T, &e->u.attn.kv, e->dyn >= 0 ? (const int32_t *)vals : NULL,
                           &e->u.attn.p, e->u.attn.out, c->att.p, st));
         break;
+    case SOP_ADD_RMSNORM:
+        RUN(cuk_add_rmsnorm(e->u.addnorm.x, e->u.addnorm.d, e->u.addnorm.dw, e->u.addnorm.w, e->u.addnorm.y, e->u.addnorm.T,
+                            e->u.addnorm.n, e->u.addnorm.eps, e->u.addnorm.plus_one, st));
+        break;
+    case SOP_QK_NORM_ROPE:
+        RUN(cuk_qk_norm_rope(e->u.qk.q, e->u.qk.k, e->u.qk.T, e->u.qk.n_heads, e->u.qk.n_kv, e->u.qk.head_dim, e->u.qk.norm,
+                             e->u.qk.qw, e->u.qk.kw, e->u.qk.eps, e->u.qk.plus_one, e->u.qk.pos, e->u.qk.inv_freq,
+                             e->u.qk.dim, e->u.qk.factor, st));
+        break;
     case SOP_GLU: RUN(cuk_glu(e->u.glu.g, e->u.glu.u, e->u.glu.n, e->u.glu.act, st)); break;
     case SOP_SCALE: RUN(cuk_scale(e->u.scale.x, e->u.scale.n, e->u.scale.s, st)); break;
     case SOP_SOFTCAP: RUN(cuk_softcap(e->u.scale.x, e->u.scale.n, e->u.scale.s, st)); break;
@@ -84,6 +94,10 @@ static void run_op(cuda_backend *c, const step_op *e, const char *vals) {
         cuda_ok(c, cudaMemcpyAsync(e->u.copy.dst, e->op == SOP_UPLOAD ? vals : e->u.copy.src, e->u.copy.n,
                                    cudaMemcpyDeviceToDevice, st),
                 "copy");
+        break;
+    case SOP_SAMPLE:
+        RUN(cuk_sample(e->u.smp.logits, e->u.smp.V, &e->u.smp.p, (const double *)vals, e->u.smp.tok, e->u.smp.host,
+                       c->smp.p, st));
         break;
     case SOP_PUT_ROWS: {
         /* values: the slot (recorded steps only), then the n positions */
@@ -327,6 +341,44 @@ void cuda_rope(backend *b, float *x, int T, int n_heads, int head_dim, const int
     submit(cu(b), &e, NULL, 0);
 }
 
+void cuda_add_rmsnorm(backend *b, float *x, const float *d, const float *dw, const float *w, float *y, int T, int n,
+                      float eps, int plus_one) {
+    step_op e = op_new(SOP_ADD_RMSNORM);
+    e.u.addnorm.x = x;
+    e.u.addnorm.d = d;
+    e.u.addnorm.dw = dw;
+    e.u.addnorm.w = w;
+    e.u.addnorm.y = y;
+    e.u.addnorm.T = T;
+    e.u.addnorm.n = n;
+    e.u.addnorm.plus_one = plus_one;
+    e.u.addnorm.eps = eps;
+    submit(cu(b), &e, NULL, 0);
+}
+
+void cuda_qk_norm_rope(backend *b, float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm,
+                       const float *qw, const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r) {
+    step_op e = op_new(SOP_QK_NORM_ROPE);
+    e.u.qk.q = q;
+    e.u.qk.k = k;
+    e.u.qk.qw = qw;
+    e.u.qk.kw = kw;
+    e.u.qk.pos = pos;
+    e.u.qk.T = T;
+    e.u.qk.n_heads = n_heads;
+    e.u.qk.n_kv = n_kv;
+    e.u.qk.head_dim = head_dim;
+    e.u.qk.norm = norm;
+    e.u.qk.plus_one = plus_one;
+    e.u.qk.eps = eps;
+    if (r) {
+        e.u.qk.inv_freq = r->inv_freq;
+        e.u.qk.dim = r->dim;
+        e.u.qk.factor = r->attn_factor;
+    }
+    submit(cu(b), &e, NULL, 0);
+}
+
 void cuda_attention(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p,
                     float *out) {
     cuda_backend *c = cu(b);
@@ -448,4 +500,33 @@ int cuda_step_upload(backend *b, void *dst, const void *host, size_t n) {
     e.u.copy.n = n;
     submit(c, &e, host, n);
     return 1;
+}
+
+int cuda_sample(backend *b, const float *logits, int V, const sample_params *p, double u, int32_t *tok, int slot) {
+    cuda_backend *c = cu(b);
+    step_op e = op_new(SOP_SAMPLE);
+    e.u.smp.p.temperature = p->temperature;
+    e.u.smp.p.top_k = p->top_k;
+    e.u.smp.p.top_p = p->top_p;
+    e.u.smp.p.min_p = p->min_p;
+    if (slot < 0 || slot >= SAMPLE_SLOTS || !c->sampled || !cuk_sample_supported(&e.u.smp.p)) return -1;
+    e.u.smp.logits = logits;
+    e.u.smp.V = V;
+    e.u.smp.tok = tok;
+    e.u.smp.host = c->sampled_dev + slot;
+    submit(c, &e, &u, sizeof u);
+    cuda_ok(c, cudaEventRecord(c->sample_done[slot], c->stream), "sample");
+    return 0;
+}
+
+int32_t cuda_sampled(backend *b, int slot) {
+    cuda_backend *c = cu(b);
+    cuda_wait_begin(c);
+    if (!c->failed) cuda_ok(c, cudaEventSynchronize(c->sample_done[slot]), "sample");
+    cuda_wait_end(c);
+    if (c->failed) {
+        c->failed = 0; /* reported here, once */
+        return err_set("%s", c->why);
+    }
+    return ((volatile int32_t *)c->sampled)[slot];
 }
