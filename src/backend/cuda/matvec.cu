@@ -1,9 +1,12 @@
 /* backend/cuda/matvec.cu: decode matrix-vector products (batch T <= CUK_MV_MAX_T):
  * one warp per output row streams the row with 16-byte loads, two in flight per lane,
  * and keeps T accumulators; x is read through L1, where every warp of a block finds it.
- * Formats: bf16, f16, f32 and MLX affine 4- and 8-bit (groups 32/64/128). */
+ * Formats: bf16, f16, f32 and MLX affine 4- and 8-bit (groups 32/64/128). MLX affine
+ * at T = 1 has its own kernel (kernel_mv_affine_x1: x staged in shared memory, codes
+ * turned into floats by a mask alone), exact to float rounding like the general one. */
 #include <cuda_fp16.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/common.cuh"
 
@@ -280,6 +283,316 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_affine_f(const uint32
     store_rows<T, R>(acc, lane, row0, rows, y);
 }
 
+/* ---- MLX affine at T = 1, exact, x staged in shared memory ----
+ * Codes become floats without conversion instructions: a code masked in place,
+ * (w & 0xF << b), read as a float is code * 2^(b - 149) exactly (a subnormal, or the
+ * smallest normals: u * 2^-149 holds for every u < 2^24), so x is staged per column
+ * times 2^(X1_K - b) and one mask plus one FFMA (non-ftz: subnormals are kept) gives
+ * code * x * 2^(X1_K - 149), as exact as code * x. The top byte of a word (bits 24-31
+ * would reach the exponent) is shifted down once. Each block stages x (times those
+ * powers of two) and the sum of x over each 16-byte chunk of codes (for the bias
+ * term) in shared memory once, then its warps take R rows at a time, lane l reading
+ * 16-byte chunks l, l + 32, ... of each row (512 contiguous bytes per warp per row),
+ * U chunks per row in flight; dot over a chunk = scale * sum(code * x) + bias * sum(x)
+ * (a chunk never straddles a group). Chunks sit 16 bytes apart beyond their length in
+ * shared memory (the pad holds the chunk's x sum), so the 8 lanes of a quarter-warp
+ * read 8 different bank groups. Blocks are persistent: two per SM, x staged once. */
+#define X1_WARPS 8
+#define X1_K 85 /* products come out times 2^(X1_K - 149) = 2^-64 */
+
+__device__ __forceinline__ float fma_sub(float a, float b, float c) { /* fma keeping subnormal inputs */
+    float d;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+    return d;
+}
+
+__device__ __forceinline__ float pow2f(int e) { return __int_as_float((127 + e) << 23); } /* -126 <= e <= 127 */
+
+template <int ST>
+__device__ __forceinline__ float scale_ld(const void *p, long i) {
+    if (ST == 0) return bf16f(__ldg((const unsigned short *)p + i));
+    if (ST == 1) return __half2float(__ushort_as_half(__ldg((const unsigned short *)p + i)));
+    return __ldg((const float *)p + i);
+}
+
+/* sum over one 16-byte chunk of codes of code * x' (x' = x staged), two chains */
+template <int BITS>
+__device__ __forceinline__ float chunk_dot(const uint4 v, const float *xv) {
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+    float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t w = u[k], hi = w >> 24;
+        if (BITS == 4) {
+            const float *xk = xv + 8 * k;
+            p0 = fma_sub(__uint_as_float(w & 0xfu), xk[0], p0);
+            p1 = fma_sub(__uint_as_float(w & 0xf0u), xk[1], p1);
+            p0 = fma_sub(__uint_as_float(w & 0xf00u), xk[2], p0);
+            p1 = fma_sub(__uint_as_float(w & 0xf000u), xk[3], p1);
+            p0 = fma_sub(__uint_as_float(w & 0xf0000u), xk[4], p0);
+            p1 = fma_sub(__uint_as_float(w & 0xf00000u), xk[5], p1);
+            p0 = fma_sub(__uint_as_float(hi & 0xfu), xk[6], p0);
+            p1 = fma_sub(__uint_as_float(hi & 0xf0u), xk[7], p1);
+        } else {
+            const float *xk = xv + 4 * k;
+            p0 = fma_sub(__uint_as_float(w & 0xffu), xk[0], p0);
+            p1 = fma_sub(__uint_as_float(w & 0xff00u), xk[1], p1);
+            p0 = fma_sub(__uint_as_float(w & 0xff0000u), xk[2], p0);
+            p1 = fma_sub(__uint_as_float(hi), xk[3], p1);
+        }
+    }
+    return p0 + p1;
+}
+
+/* Loads one batch: U chunks of each of the R rows (lane's chunks j0 + lane + 32 q) with their scales and biases. */
+template <int R, int U, int BITS, int ST>
+__device__ __forceinline__ void x1_load(const uint4 *const (&wr)[R], const long (&gb)[R], const void *__restrict__ S,
+                                        const void *__restrict__ B, int gshift, int i0, int nq, uint4 (&v)[U][R],
+                                        float (&sc)[U][R], float (&bi)[U][R]) {
+#pragma unroll
+    for (int q = 0; q < U; q++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int i = i0 + 32 * q;
+            if (i < nq) {
+                v[q][r] = ld_stream(wr[r] + i);
+                sc[q][r] = scale_ld<ST>(S, gb[r] + (i >> gshift));
+                bi[q][r] = scale_ld<ST>(B, gb[r] + (i >> gshift));
+            } else {
+                v[q][r] = make_uint4(0, 0, 0, 0);
+                sc[q][r] = bi[q][r] = 0.f;
+            }
+        }
+}
+
+template <int R, int U, int BITS, int ST, bool P, int MB>
+__global__ void __launch_bounds__(X1_WARPS * 32, MB)
+    kernel_mv_affine_x1(const uint4 *__restrict__ W, const void *__restrict__ S, const void *__restrict__ B, int gshift,
+                        const float *__restrict__ x, float *__restrict__ y, int rows, int cols) {
+    constexpr int QB = 128 / BITS, CS = QB + 4, PW = 32 / BITS; /* codes per chunk, chunk stride in smem, codes per word */
+    extern __shared__ float4 x1_smem[];
+    float *xs = (float *)x1_smem;
+    const int lane = threadIdx.x & 31, nq = cols / QB, ng = nq >> gshift, tstride = gridDim.x * X1_WARPS;
+    int task = blockIdx.x * X1_WARPS + (threadIdx.x >> 5), j0 = 0; /* j0: the warp's first chunk of this batch */
+    const uint4 *wr[R];
+    long gb[R];
+    uint4 v[U][R];
+    float sc[U][R], bi[U][R];
+    auto rows_of = [&](int t, const uint4 *(&wt)[R], long (&gt)[R]) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int row = min(t * R + r, rows - 1);
+            wt[r] = W + (long)row * nq;
+            gt[r] = (long)row * ng;
+        }
+    };
+    /* the first batch's loads go out before x is staged */
+    if (task * R < rows) {
+        rows_of(task, wr, gb);
+        x1_load<R, U, BITS, ST>(wr, gb, S, B, gshift, lane, nq, v, sc, bi);
+    }
+    /* stage x: each thread 4 columns per step, SU steps of loads in flight; the
+     * trip count is the same for every thread (shuffles need whole warps) */
+    constexpr int SU = 4;
+    for (int c0 = 0; c0 < cols; c0 += 4 * X1_WARPS * 32 * SU) {
+        float4 a[SU];
+#pragma unroll
+        for (int u = 0; u < SU; u++) {
+            const int j = c0 + (u * X1_WARPS * 32 + threadIdx.x) * 4;
+            a[u] = j < cols ? __ldg((const float4 *)(x + j)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < SU; u++) {
+            const int j = c0 + (u * X1_WARPS * 32 + threadIdx.x) * 4;
+            float sum = (a[u].x + a[u].y) + (a[u].z + a[u].w);
+#pragma unroll
+            for (int o = QB / 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (j < cols) {
+                const int i = j / QB, m = j % QB, p = j % PW; /* p: code index in its word of column j (0 or 4 at 4 bits) */
+                float e[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) { /* bit offset of the code as read: see chunk_dot */
+                    const int pk = p + k, b = BITS == 4 ? (pk < 6 ? 4 * pk : 4 * (pk - 6)) : (pk < 3 ? 8 * pk : 0);
+                    e[k] = pow2f(X1_K - b);
+                }
+                *(float4 *)(xs + i * CS + m) = make_float4(a[u].x * e[0], a[u].y * e[1], a[u].z * e[2], a[u].w * e[3]);
+                if (m == 0) xs[i * CS + QB] = sum * pow2f(X1_K - 149);
+            }
+        }
+    }
+    __syncthreads();
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    while (task * R < rows) {
+        /* the next batch: the same rows' next chunks, or the next task's first */
+        const bool done = j0 + 32 * U >= nq; /* the same in every lane */
+        const int ntask = done ? task + tstride : task, nj0 = done ? 0 : j0 + 32 * U;
+        uint4 vn[U][R];
+        float scn[U][R], bin[U][R];
+        const uint4 *wrn[R];
+        long gbn[R];
+        if (P) { /* its loads go out before this batch is used */
+#pragma unroll
+            for (int r = 0; r < R; r++) { wrn[r] = wr[r]; gbn[r] = gb[r]; }
+            if (ntask * R < rows) {
+                if (done) rows_of(ntask, wrn, gbn);
+                x1_load<R, U, BITS, ST>(wrn, gbn, S, B, gshift, nj0 + lane, nq, vn, scn, bin);
+            } else {
+#pragma unroll
+                for (int q = 0; q < U; q++)
+#pragma unroll
+                    for (int r = 0; r < R; r++) { vn[q][r] = make_uint4(0, 0, 0, 0); scn[q][r] = bin[q][r] = 0.f; }
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < U; q++) {
+            const int i = j0 + lane + 32 * q;
+            if (j0 + 32 * q >= nq) break;
+            if (i < nq) {
+                const float4 *xp = (const float4 *)(xs + i * CS);
+                float xv[QB];
+#pragma unroll
+                for (int k = 0; k < QB / 4; k++) {
+                    const float4 a = xp[k];
+                    xv[4 * k] = a.x; xv[4 * k + 1] = a.y; xv[4 * k + 2] = a.z; xv[4 * k + 3] = a.w;
+                }
+                const float sx = xs[i * CS + QB];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const float p = chunk_dot<BITS>(v[q][r], xv);
+                    acc[r] = fmaf(sc[q][r], p, acc[r]);
+                    acc[r] = fmaf(bi[q][r], sx, acc[r]);
+                }
+            }
+        }
+        if (done) { /* the task's rows are finished */
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float sum = warp_sum(acc[r]);
+                if (lane == 0 && task * R + r < rows) y[task * R + r] = sum * pow2f(149 - X1_K);
+                acc[r] = 0.f;
+            }
+        }
+        task = ntask;
+        j0 = nj0;
+        if (task * R >= rows) break;
+        if (P) {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                wr[r] = wrn[r];
+                gb[r] = gbn[r];
+#pragma unroll
+                for (int q = 0; q < U; q++) { v[q][r] = vn[q][r]; sc[q][r] = scn[q][r]; bi[q][r] = bin[q][r]; }
+            }
+        } else {
+            if (done) rows_of(task, wr, gb);
+            x1_load<R, U, BITS, ST>(wr, gb, S, B, gshift, j0 + lane, nq, v, sc, bi);
+        }
+    }
+}
+
+/* Per device: SM count and the shared memory a block may opt in to. */
+static void x1_device(int *nsm, int *smem_optin, int *smem_sm, int *dev_out) {
+    static int cache[16][3];
+    int dev = 0;
+    cudaGetDevice(&dev);
+    *dev_out = dev;
+    if (dev < 0 || dev >= 16) dev = 15;
+    if (!cache[dev][0]) {
+        cudaDeviceGetAttribute(&cache[dev][1], cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        cudaDeviceGetAttribute(&cache[dev][2], cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+        cudaDeviceGetAttribute(&cache[dev][0], cudaDevAttrMultiProcessorCount, dev);
+    }
+    *nsm = cache[dev][0];
+    *smem_optin = cache[dev][1];
+    *smem_sm = cache[dev][2];
+}
+
+/* Launches the T = 1 kernel; false when x does not fit in shared memory or the rows
+ * are not 16-byte aligned (the caller then takes the general kernel). */
+template <int R, int U, int BITS, int ST, bool P = false, int MB = 2>
+static bool launch_x1(const weight *w, const float *x, float *y, cudaStream_t s) {
+    constexpr int QB = 128 / BITS;
+    if (((uintptr_t)w->data & 15) != 0 || w->cols % 32 != 0 || w->cols > (1 << 24) || w->rows > (1L << 30)) return false;
+    const int rows = (int)w->rows, cols = (int)w->cols;
+    const size_t smem = (size_t)(cols / QB) * (QB + 4) * sizeof(float);
+    int nsm, optin, per_sm, dev;
+    x1_device(&nsm, &optin, &per_sm, &dev);
+    if (nsm <= 0 || smem > (size_t)optin) return false;
+    static unsigned attr_set; /* per instantiation: devices with the opt-in done */
+    if (smem > 48 * 1024 && !(attr_set & (1u << (dev & 31)))) {
+        if (cudaFuncSetAttribute(kernel_mv_affine_x1<R, U, BITS, ST, P, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) !=
+            cudaSuccess)
+            return false;
+        attr_set |= 1u << (dev & 31);
+    }
+    int per = MB; /* blocks per SM: MB where their shared memory fits */
+    while (per > 1 && per * (smem + 1024) > (size_t)per_sm) per--;
+    const long tasks = (rows + R - 1) / R, need = (tasks + X1_WARPS - 1) / X1_WARPS;
+    const int blocks = (int)(need < (long)nsm * per ? need : (long)nsm * per);
+    const int gshift = __builtin_ctz((unsigned)(w->group / QB));
+    kernel_mv_affine_x1<R, U, BITS, ST, P, MB><<<blocks, X1_WARPS * 32, smem, s>>>((const uint4 *)w->data, w->scales, w->biases,
+                                                                           gshift, x, y, rows, cols);
+    return true;
+}
+
+/* Rows per warp (R) and 16-byte chunks per row in flight per lane (U). Default: R = 2,
+ * U = 4 where a lane has 2 or more chunks per row, else more rows (x read once from
+ * shared memory for R rows); measured on the H200 (docs/benchmarks/cuda-kernels.md),
+ * where the kernel's P (next batch loaded before this one is used) and MB = 3 (three
+ * blocks per SM, registers capped) variants were within noise of these.
+ * CUK_MV_X1CFG=r2u4|r4u2|r8u1 forces one (A/B runs). */
+enum { X1_R2U4, X1_R4U2, X1_R8U1, X1_NCFG };
+
+static int x1_forced(void) {
+    static int v = -2;
+    if (v == -2) {
+        static const char *const names[X1_NCFG] = {"r2u4", "r4u2", "r8u1"};
+        const char *e = getenv("CUK_MV_X1CFG");
+        v = -1;
+        for (int i = 0; e && i < X1_NCFG; i++)
+            if (!strcmp(e, names[i])) v = i;
+    }
+    return v;
+}
+
+static int x1_config(const weight *w) {
+    const int f = x1_forced();
+    if (f >= 0) return f;
+    const long cpl = w->cols * w->bits / 4096; /* chunks per lane per row */
+    if (cpl >= 2) return w->rows >= 65536 && cpl < 4 ? X1_R8U1 : X1_R2U4;
+    return w->rows >= 65536 ? X1_R8U1 : X1_R4U2;
+}
+
+template <int BITS, int ST>
+static bool launch_x1_pick(const weight *w, const float *x, float *y, cudaStream_t s) {
+    switch (x1_config(w)) {
+    case X1_R4U2: return launch_x1<4, 2, BITS, ST>(w, x, y, s);
+    case X1_R8U1: return launch_x1<8, 1, BITS, ST>(w, x, y, s);
+    default: return launch_x1<2, 4, BITS, ST>(w, x, y, s);
+    }
+}
+
+template <int BITS>
+static bool launch_x1_st(const weight *w, const float *x, float *y, cudaStream_t s) {
+    switch (w->stype) {
+    case SC_BF16: return launch_x1_pick<BITS, 0>(w, x, y, s);
+    case SC_F16: return launch_x1_pick<BITS, 1>(w, x, y, s);
+    default: return launch_x1_pick<BITS, 2>(w, x, y, s);
+    }
+}
+
+/* CUK_MV_X1=0 keeps T = 1 on the general float-activation kernel (A/B runs). */
+static int x1_off(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CUK_MV_X1");
+        v = e && e[0] == '0';
+    }
+    return v;
+}
+
 /* CUK_MV_INT8=1 selects the int8-activation (dp4a) kernels for quantized weights. */
 static int int8_activations(void) {
     static int v = -1;
@@ -368,6 +681,9 @@ extern "C" int cuk_matvec_supports(const weight *w) {
 extern "C" int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, cuk_stream st) {
     cudaStream_t s = (cudaStream_t)st;
     if (!cuk_matvec_supports(w)) return err_set("cuda matvec: no kernel for this weight format");
+    if (T == 1 && w->fmt == WF_AFFINE && !int8_activations() && !x1_off() &&
+        (w->bits == 4 ? launch_x1_st<4>(w, x, y, s) : launch_x1_st<8>(w, x, y, s)))
+        return cuk_check("matvec");
     switch (T) {
     case 1: launch_mv<1>(w, x, y, work, s); break;
     case 2: launch_mv<2>(w, x, y, work, s); break;
