@@ -319,6 +319,19 @@ static void attention(void) {
     check_attention(7, 300, 64, 8, 8, 0, 0, 1);
     check_attention(3, 2000, 256, 4, 1, 100, 50.f, 0);
     check_attention(33, 33, 512, 2, 1, 16, 0, 1);
+    /* prefill shapes (the tiled kernel): GQA groups of 4, 7 and 1, windows, softcap,
+     * sinks, a query tile that ends mid-group, keys not a multiple of the tile */
+    check_attention(64, 300, 128, 32, 8, 0, 0, 0);
+    check_attention(100, 100, 256, 8, 4, 16, 50.f, 1);
+    check_attention(50, 83, 64, 14, 2, 0, 0, 1);
+    check_attention(9, 9, 32, 4, 4, 0, 0, 0);
+    check_attention(37, 200, 96, 6, 6, 20, 0, 0);
+    check_attention(20, 45, 192, 4, 2, 0, 30.f, 0);
+    check_attention(40, 130, 512, 8, 1, 0, 0, 1);
+    /* wide heads take the tiled kernel past 1024 keys */
+    check_attention(40, 1100, 256, 8, 4, 0, 20.f, 1);
+    check_attention(24, 1500, 512, 4, 1, 700, 0, 0);
+    check_attention(30, 1030, 192, 6, 2, 0, 0, 0);
     check_attention(1, 20000, 128, 4, 4, 0, 0, 0);
 }
 

@@ -3,6 +3,8 @@
  * so that one query over a long context still fills the GPU: each block keeps an
  * online softmax (max, sum, weighted values) per warp, the block merges its warps,
  * and a second kernel merges the splits and the per-head sink. */
+#include <climits>
+
 #include "backend/cuda/common.cuh"
 
 extern "C" {
@@ -131,9 +133,170 @@ __global__ void kernel_attn_merge(const float *__restrict__ part, int splits, in
     }
 }
 
+/* ---- prefill: many queries, keys tiled through shared memory ------------------
+ * A block takes PF_WARPS * R query rows of one KV head's group (row r of the group
+ * is token r / G, head g * G + r % G, G = n_heads / n_kv) and walks the keys in
+ * tiles of 32: each tile of K and V is read from the cache once for all its rows
+ * (the per-query kernel above reads it once per row and head). A tile no row can
+ * see (all its positions past the block's last query, or out of its window) is
+ * skipped, which halves causal prefill. Within a tile lane j scores key j against
+ * each of its warp's rows; the online softmax (max, sum, weighted values) is kept
+ * per row with each lane holding HD / 32 channels. */
+#define PF_WARPS 8
+#define PF_BK 32
+
+/* query rows per warp (A/B on the H200 in docs/benchmarks/cuda.md: 4 beat 8 for
+ * head dim 128 at 512 and 2048 keys; wider heads hold more channels per lane) */
+template <int HD> struct pf_rows { static constexpr int R = HD <= 256 ? 4 : 2; };
+
+template <int HD> static size_t pf_smem() {
+    constexpr int R = pf_rows<HD>::R;
+    return sizeof(float) * ((size_t)PF_WARPS * R * HD + (size_t)PF_BK * (HD + 4) + (size_t)PF_BK * HD);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(PF_WARPS * 32) kernel_attn_prefill(const float *__restrict__ q, const int32_t *__restrict__ qpos,
+                                                                    int T, const float *__restrict__ K, const float *__restrict__ V,
+                                                                    const int32_t *__restrict__ kpos, int n, long stride,
+                                                                    int n_heads, int n_kv, float scale, int window, float softcap,
+                                                                    const float *__restrict__ sinks, float *__restrict__ out) {
+    constexpr int R = pf_rows<HD>::R, ROWS = PF_WARPS * R, PL = HD / 32, KS = HD + 4; /* KS: padded K row */
+    extern __shared__ float4 pf_sh4[];
+    float *sq = (float *)pf_sh4;     /* [ROWS][HD] queries, scaled */
+    float *sk = sq + ROWS * HD;      /* [PF_BK][KS] keys */
+    float *sv = sk + PF_BK * KS;     /* [PF_BK][HD] values */
+    __shared__ int32_t skp[PF_BK];
+    const int G = n_heads / n_kv, g = blockIdx.y;
+    const long r0 = (long)blockIdx.x * ROWS, total = (long)T * G;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int i = threadIdx.x; i < ROWS * HD; i += blockDim.x) {
+        const long r = r0 + i / HD;
+        float v = 0.f;
+        if (r < total) v = q[((r / G) * n_heads + g * G + r % G) * HD + i % HD] * scale;
+        sq[i] = v;
+    }
+    /* the block's query positions: bounds for skipping tiles */
+    int qlo = INT_MAX, qhi = INT_MIN;
+    for (long t = r0 / G; t <= (r0 + ROWS - 1) / G && t < T; t++) {
+        qlo = min(qlo, (int)qpos[t]);
+        qhi = max(qhi, (int)qpos[t]);
+    }
+    int qp[R];
+    float m[R], l[R], acc[R][PL];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        const long r = r0 + warp * R + i;
+        qp[i] = r < total ? qpos[r / G] : INT_MIN;
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+#pragma unroll
+        for (int c = 0; c < PL; c++) acc[i][c] = 0.f;
+    }
+    for (int j0 = 0; j0 < n; j0 += PF_BK) {
+        __syncthreads(); /* the last tile is consumed (and sq written, the first time) */
+        if (threadIdx.x < PF_BK) skp[threadIdx.x] = j0 + (int)threadIdx.x < n ? kpos[j0 + threadIdx.x] : INT_MAX;
+        __syncthreads();
+        int klo = INT_MAX, khi = INT_MIN;
+        for (int j = 0; j < PF_BK && j0 + j < n; j++) {
+            klo = min(klo, skp[j]);
+            khi = max(khi, skp[j]);
+        }
+        if (klo > qhi || (window > 0 && khi <= qlo - window)) continue; /* no row sees this tile */
+        for (int i = threadIdx.x; i < PF_BK * HD; i += blockDim.x) {
+            const int j = i / HD, c = i % HD;
+            const bool ok = j0 + j < n;
+            const long at = (long)(j0 + j) * stride + (long)g * HD + c;
+            sk[j * KS + c] = ok ? K[at] : 0.f;
+            sv[i] = ok ? V[at] : 0.f;
+        }
+        __syncthreads();
+        const int kp = skp[lane];
+        const float4 *kr = (const float4 *)(sk + lane * KS);
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const float4 *qr = (const float4 *)(sq + (warp * R + i) * HD);
+            float d = 0.f;
+#pragma unroll 8
+            for (int c = 0; c < HD / 4; c++) {
+                const float4 a = qr[c], b = kr[c];
+                d += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+            }
+            if (softcap > 0.f) d = softcap * tanhf(d / softcap);
+            const bool vis = j0 + lane < n && kp <= qp[i] && (window <= 0 || qp[i] - kp < window);
+            const float s = vis ? d : -INFINITY;
+            float mt = s;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+            if (mt == -INFINITY) continue; /* the whole warp agrees */
+            const float mn = fmaxf(m[i], mt), f = __expf(m[i] - mn), p = vis ? __expf(s - mn) : 0.f;
+            l[i] = l[i] * f + warp_sum(p);
+#pragma unroll
+            for (int c = 0; c < PL; c++) acc[i][c] *= f;
+            for (int j = 0; j < PF_BK; j++) {
+                const float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+                for (int c = 0; c < PL; c++) acc[i][c] += pj * sv[j * HD + lane + 32 * c];
+            }
+            m[i] = mn;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        const long r = r0 + warp * R + i;
+        if (r >= total) continue;
+        const int h = g * G + (int)(r % G);
+        float M = m[i], L = l[i], fa = 1.f;
+        if (sinks) {
+            M = fmaxf(m[i], sinks[h]);
+            fa = m[i] == -INFINITY ? 0.f : __expf(m[i] - M);
+            L = l[i] * fa + __expf(sinks[h] - M);
+        }
+        const float inv = L > 0.f ? fa / L : 0.f;
+        float *o = out + ((r / G) * n_heads + h) * HD;
+#pragma unroll
+        for (int c = 0; c < PL; c++) o[lane + 32 * c] = acc[i][c] * inv;
+    }
+}
+
+template <int HD>
+static int attn_prefill(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p, float *out,
+                        cudaStream_t s) {
+    constexpr int ROWS = PF_WARPS * pf_rows<HD>::R;
+    static int ready[64]; /* the opt-in to more than 48 KiB of shared memory, once per kernel and GPU */
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev < 0 || dev >= 64 || !ready[dev]) {
+        if (cudaFuncSetAttribute(kernel_attn_prefill<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<HD>()) !=
+            cudaSuccess)
+            return cuk_check("attention (prefill) setup");
+        if (dev >= 0 && dev < 64) ready[dev] = 1;
+    }
+    const long total = (long)T * (p->n_heads / p->n_kv);
+    const dim3 grid((unsigned)((total + ROWS - 1) / ROWS), (unsigned)p->n_kv);
+    kernel_attn_prefill<HD><<<grid, PF_WARPS * 32, pf_smem<HD>(), s>>>(q, qpos, T, kv->k, kv->v, kv->pos, kv->n, kv->row_stride,
+                                                                      p->n_heads, p->n_kv, p->scale, p->window, p->softcap,
+                                                                      p->sinks, out);
+    return cuk_check("attention (prefill)");
+}
+
 extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
                              const attn_params *p, float *out, float *work, cuk_stream st) {
     cudaStream_t s = (cudaStream_t)st;
+    /* Prefill takes the tiled kernel, except wide heads over at most 1024 keys, where
+     * the per-query kernel measured faster (gemma3-4b pp512: 17.6k vs 16.4k tok/s);
+     * CUK_ATTN_PER_QUERY=1 forces the per-query kernel for A/B runs. */
+    if (T > CUK_MV_MAX_T && !n_dev && !(p->head_dim > 128 && kv->n <= 1024) && !getenv("CUK_ATTN_PER_QUERY")) {
+        switch (p->head_dim) {
+        case 32: return attn_prefill<32>(q, qpos, T, kv, p, out, s);
+        case 64: return attn_prefill<64>(q, qpos, T, kv, p, out, s);
+        case 96: return attn_prefill<96>(q, qpos, T, kv, p, out, s);
+        case 128: return attn_prefill<128>(q, qpos, T, kv, p, out, s);
+        case 192: return attn_prefill<192>(q, qpos, T, kv, p, out, s);
+        case 256: return attn_prefill<256>(q, qpos, T, kv, p, out, s);
+        case 512: return attn_prefill<512>(q, qpos, T, kv, p, out, s);
+        default: break; /* refused below */
+        }
+    }
     const int splits = n_splits(kv->n);
     const dim3 grid((unsigned)(T * p->n_heads), (unsigned)splits), block(ATT_WARPS * 32);
 #define ATT(HD)                                                                                                         \

@@ -452,8 +452,11 @@ static void destroy(backend *b) {
                     c->n_forwards, c->n_replays, c->n_captures, (double)c->n_calls / c->n_forwards,
                     (double)c->n_uploads / c->n_forwards, (double)c->n_waits / c->n_forwards,
                     1e3 * c->t_enqueue / c->n_forwards, 1e3 * c->t_wait / c->n_forwards);
+        if (c->profile && c->n_forwards > 0) cuda_profile_print(c);
         if (c->stream) cudaStreamSynchronize(c->stream);
         cuda_steps_free(c);
+        for (int i = 0; i < 2; i++)
+            if (c->prof_ev[i]) cudaEventDestroy(c->prof_ev[i]);
         grow_buf *g[] = {&c->mv, &c->xbf, &c->wbf, &c->att, &c->tok, &c->route, &c->moe_idx, &c->moe_w, &c->smp};
         for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) cudaFree(g[i]->p);
         if (c->blas) cublasDestroy(c->blas);
@@ -549,6 +552,9 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols) {
         destroy(b);
         return NULL;
     }
+    const char *prof = getenv("CELER_PROFILE");
+    c->profile = prof && strcmp(prof, "1") == 0 && cudaEventCreate(&c->prof_ev[0]) == cudaSuccess &&
+                 cudaEventCreate(&c->prof_ev[1]) == cudaSuccess;
     /* sampled tokens: written by the sampler kernel into mapped host memory */
     int ok = cudaHostAlloc((void **)&c->sampled, SAMPLE_SLOTS * sizeof(int32_t), cudaHostAllocMapped) == cudaSuccess &&
              cudaHostGetDevicePointer((void **)&c->sampled_dev, c->sampled, 0) == cudaSuccess;

@@ -47,7 +47,7 @@ typedef struct {
 } step_op;
 
 enum { SOP_MATMUL, SOP_RMSNORM, SOP_ROPE, SOP_ATTN, SOP_GLU, SOP_SCALE, SOP_SOFTCAP, SOP_ADD, SOP_EMBED, SOP_COPY,
-       SOP_UPLOAD, SOP_PUT_ROWS, SOP_SAMPLE, SOP_ADD_RMSNORM, SOP_QK_NORM_ROPE };
+       SOP_UPLOAD, SOP_PUT_ROWS, SOP_SAMPLE, SOP_ADD_RMSNORM, SOP_QK_NORM_ROPE, SOP_KINDS };
 
 /* A captured step: its ops and the graph they were captured into. */
 typedef struct {
@@ -87,6 +87,11 @@ typedef struct {
     void *dvalues;        /* [STEP_VALUES] device: what the ops read */
     step_graph graphs[STEP_GRAPHS];
     long steps;
+    /* CELER_PROFILE=1: every op timed alone (no graphs), GPU time summed per kind */
+    int profile;
+    cudaEvent_t prof_ev[2];
+    double prof_ms[SOP_KINDS + 1], prof_bytes[SOP_KINDS + 1]; /* [SOP_KINDS]: matrix-vector products */
+    long prof_n[SOP_KINDS + 1];
     /* CELER_STATS counters */
     long n_forwards, n_calls, n_uploads, n_waits, n_replays, n_captures;
     double t_enqueue, t_wait, t_mark, t_wait_start; /* t_mark: the end of the last wait */
@@ -137,4 +142,6 @@ void cuda_step_stop(cuda_backend *c);
 /* Drops every captured graph (a work buffer they use moved). */
 void cuda_steps_forget(cuda_backend *c);
 void cuda_steps_free(cuda_backend *c);
+/* CELER_PROFILE: the per-kind GPU times, printed when the backend is destroyed */
+void cuda_profile_print(const cuda_backend *c);
 #endif

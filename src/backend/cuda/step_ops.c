@@ -48,8 +48,49 @@ static int reserve_work(cuda_backend *c, const step_op *e) {
     }
 }
 
-/* Enqueues e; vals is the device copy of its values (the value block + e->dyn). */
+static void run_op_now(cuda_backend *c, const step_op *e, const char *vals);
+
+/* Enqueues e; vals is the device copy of its values (the value block + e->dyn).
+ * Under CELER_PROFILE=1 each op is timed alone with events (slow, for profiles). */
 static void run_op(cuda_backend *c, const step_op *e, const char *vals) {
+    if (!c->profile) {
+        run_op_now(c, e, vals);
+        return;
+    }
+    cudaEventRecord(c->prof_ev[0], c->stream);
+    run_op_now(c, e, vals);
+    cudaEventRecord(c->prof_ev[1], c->stream);
+    float ms = 0;
+    if (cudaEventSynchronize(c->prof_ev[1]) != cudaSuccess || cudaEventElapsedTime(&ms, c->prof_ev[0], c->prof_ev[1]) != cudaSuccess)
+        return;
+    int k = e->op;
+    if (k == SOP_MATMUL && gemm_ok(&e->u.mm.w, e->u.mm.T)) {
+        k = SOP_KINDS; /* matrix-vector products apart from GEMMs, with their bytes */
+        c->prof_bytes[k] += (double)e->u.mm.w.nbytes;
+    }
+    c->prof_ms[k] += ms;
+    c->prof_n[k]++;
+}
+
+void cuda_profile_print(const cuda_backend *c) {
+    static const char *names[SOP_KINDS + 1] = {"gemm (prefill products)", "rmsnorm", "rope", "attention", "glu", "scale",
+                                               "softcap", "add", "embed", "copy", "upload", "put_rows (KV write)", "sample",
+                                               "add_rmsnorm", "qk_norm_rope", "matvec (decode products)"};
+    const double nf = c->n_forwards > 0 ? (double)c->n_forwards : 1;
+    double total = 0;
+    for (int k = 0; k <= SOP_KINDS; k++) total += c->prof_ms[k];
+    fprintf(stderr, "cuda profile: %ld forwards, %.3f ms of kernel time per forward (each op timed alone)\n", c->n_forwards,
+            total / nf);
+    for (int k = 0; k <= SOP_KINDS; k++) {
+        if (!c->prof_n[k]) continue;
+        fprintf(stderr, "  %-26s %7.1f calls %9.1f us %5.1f%%", names[k], c->prof_n[k] / nf, 1e3 * c->prof_ms[k] / nf,
+                100.0 * c->prof_ms[k] / (total > 0 ? total : 1));
+        if (c->prof_bytes[k] > 0) fprintf(stderr, "  %7.0f GB/s", c->prof_bytes[k] / (c->prof_ms[k] * 1e-3) / 1e9);
+        fprintf(stderr, "\n");
+    }
+}
+
+static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
     cudaStream_t st = c->stream;
     switch (e->op) {
     case SOP_MATMUL: {
@@ -197,7 +238,7 @@ int cuda_step_begin(backend *b, int T) {
         const char *e = getenv("CELER_GRAPH");
         c->graphs_off = e && strcmp(e, "0") == 0;
     }
-    if (c->graphs_off || c->failed || T > CUK_MV_MAX_T || !c->dvalues) return 0;
+    if (c->graphs_off || c->profile || c->failed || T > CUK_MV_MAX_T || !c->dvalues) return 0;
     c->recording = 1;
     c->n_tape = 0;
     c->n_values = 0;
