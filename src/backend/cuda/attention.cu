@@ -36,6 +36,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float 
                                                                   int n_heads, int n_kv, float scale, int window, float softcap,
                                                                   int splits, float *__restrict__ part,
                                                                   const float *__restrict__ sinks, float *__restrict__ final_out) {
+    cuk_pdl_start();
     constexpr int PL = HD / 32; /* channels per lane */
     const int th = blockIdx.x, split = blockIdx.y;
     const int t = th / n_heads, h = th % n_heads, g = h / (n_heads / n_kv);
@@ -113,6 +114,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float 
 /* grid T * n_heads; merges the splits (and the sink logit) into out [T, n_heads, hd] */
 __global__ void kernel_attn_merge(const float *__restrict__ part, int splits, int hd, const float *__restrict__ sinks,
                                   int n_heads, float *__restrict__ out) {
+    cuk_pdl_start();
     const int th = blockIdx.x;
     const float *p = part + (long)th * splits * (hd + 2);
     float M = sinks ? sinks[th % n_heads] : -INFINITY;
@@ -160,6 +162,7 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_attn_prefill(const float
                                                                     const int32_t *__restrict__ kpos, int n, long stride,
                                                                     int n_heads, int n_kv, float scale, int window, float softcap,
                                                                     const float *__restrict__ sinks, float *__restrict__ out) {
+    cuk_pdl_start();
     constexpr int R = pf_rows<HD>::R, ROWS = PF_WARPS * R, PL = HD / 32, KS = HD + 4; /* KS: padded K row */
     extern __shared__ float4 pf_sh4[];
     float *sq = (float *)pf_sh4;     /* [ROWS][HD] queries, scaled */
@@ -273,7 +276,7 @@ static int attn_prefill(const float *q, const int32_t *qpos, int T, const attn_k
     }
     const long total = (long)T * (p->n_heads / p->n_kv);
     const dim3 grid((unsigned)((total + ROWS - 1) / ROWS), (unsigned)p->n_kv);
-    kernel_attn_prefill<HD><<<grid, PF_WARPS * 32, pf_smem<HD>(), s>>>(q, qpos, T, kv->k, kv->v, kv->pos, kv->n, kv->row_stride,
+    cuk_launch(kernel_attn_prefill<HD>, grid, PF_WARPS * 32, pf_smem<HD>(), s, q, qpos, T, kv->k, kv->v, kv->pos, kv->n, kv->row_stride,
                                                                       p->n_heads, p->n_kv, p->scale, p->window, p->softcap,
                                                                       p->sinks, out);
     return cuk_check("attention (prefill)");
@@ -300,7 +303,7 @@ extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const a
     const int splits = n_splits(kv->n);
     const dim3 grid((unsigned)(T * p->n_heads), (unsigned)splits), block(ATT_WARPS * 32);
 #define ATT(HD)                                                                                                         \
-    kernel_attn_split<HD><<<grid, block, 0, s>>>(q, qpos, kv->k, kv->v, kv->pos, kv->n, n_dev, kv->row_stride, p->n_heads, \
+    cuk_launch(kernel_attn_split<HD>, grid, block, 0, s, q, qpos, kv->k, kv->v, kv->pos, kv->n, n_dev, kv->row_stride, p->n_heads, \
                                                  p->n_kv, p->scale, p->window, p->softcap, splits, work, p->sinks, \
                                                  splits == 1 ? out : NULL)
     switch (p->head_dim) {
@@ -316,6 +319,6 @@ extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const a
 #undef ATT
     if (cuk_check("attention") != 0) return -1;
     if (splits == 1) return 0;
-    kernel_attn_merge<<<T * p->n_heads, 128, 0, s>>>(work, splits, p->head_dim, p->sinks, p->n_heads, out);
+    cuk_launch(kernel_attn_merge, T * p->n_heads, 128, 0, s, work, splits, p->head_dim, p->sinks, p->n_heads, out);
     return cuk_check("attention merge");
 }

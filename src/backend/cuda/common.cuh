@@ -27,6 +27,46 @@ static inline int cuk_check(const char *what) {
     return 0;
 }
 
+/* Programmatic dependent launch (sm_90): a kernel started with cuk_launch may begin
+ * while the kernel before it is finishing, which hides most of the gap between two
+ * kernels of a decode step. cuk_pdl_start() lets the next kernel launch (its blocks
+ * then wait in their own cuk_pdl_start) and waits until every earlier kernel has
+ * finished and its writes are visible. Every kernel started with cuk_launch calls
+ * it before it reads or writes anything earlier kernels touch (weights, which no
+ * kernel writes, may be read first). CELER_PDL=0 launches plainly, for A/B runs. */
+__device__ __forceinline__ void cuk_pdl_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static inline int cuk_pdl_enabled() {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("CELER_PDL");
+        on = !(e && e[0] == '0');
+    }
+    return on;
+}
+
+/* k<<<g, b, smem, s>>>(a...), allowed to overlap the kernel before it (see above);
+ * errors are left for cuk_check. */
+template <typename... P, typename... A>
+static inline void cuk_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t s, A... a) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = g;
+    cfg.blockDim = b;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = cuk_pdl_enabled() ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k, a...);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

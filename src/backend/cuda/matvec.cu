@@ -49,24 +49,30 @@ template <int T, int R, bool BF>
 __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_16(const uint16_t *__restrict__ W, const float *__restrict__ x,
                                                             float *__restrict__ y, int rows, long cols) {
     const int lane = threadIdx.x & 31, row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
-    if (row0 >= rows) return;
     const uint16_t *wr[R];
 #pragma unroll
     for (int r = 0; r < R; r++) wr[r] = W + (long)min(row0 + r, rows - 1) * cols;
-    float acc[R][T];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < T; t++) acc[r][t] = 0.f;
-    /* U loads of 16 bytes per row in flight per lane before any is used */
+    /* U loads of 16 bytes per row in flight per lane before any is used; the first
+     * batch (weights only) goes out before waiting for the kernel that wrote x */
     constexpr int U = R == 1 ? 4 : 2;
-    for (long j0 = (long)lane * 8; j0 < cols; j0 += 256L * U) {
-        uint4 v[U][R];
+    uint4 v[U][R];
+    auto load = [&](long j0) {
 #pragma unroll
         for (int q = 0; q < U; q++)
 #pragma unroll
             for (int r = 0; r < R; r++)
                 v[q][r] = j0 + 256L * q < cols ? ld_stream(wr[r] + j0 + 256L * q) : make_uint4(0, 0, 0, 0);
+    };
+    long j0 = (long)lane * 8;
+    if (row0 < rows && j0 < cols) load(j0);
+    cuk_pdl_start();
+    if (row0 >= rows) return;
+    float acc[R][T];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) acc[r][t] = 0.f;
+    for (; j0 < cols;) {
 #pragma unroll
         for (int q = 0; q < U; q++) {
             const long j = j0 + 256L * q;
@@ -88,6 +94,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_16(const uint16_t *__
                     for (int k = 0; k < 8; k++) acc[r][t] += w[k] * xv[t][k];
             }
         }
+        j0 += 256L * U;
+        if (j0 < cols) load(j0);
     }
     store_rows<T, R>(acc, lane, row0, rows, y);
 }
@@ -96,6 +104,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_16(const uint16_t *__
 template <int T>
 __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_f32(const float *__restrict__ W, const float *__restrict__ x,
                                                              float *__restrict__ y, int rows, long cols) {
+    cuk_pdl_start();
     const int lane = threadIdx.x & 31, row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     if (row >= rows) return;
     float acc[T];
@@ -120,6 +129,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_f32(const float *__re
 template <int QB, bool PERM>
 __global__ void kernel_quant_x(const float *__restrict__ x, long n, int8_t *__restrict__ xq, float *__restrict__ xd,
                                float *__restrict__ xs) {
+    cuk_pdl_start();
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return; /* n is a multiple of 32, so whole warps leave together */
     const float v = x[i];
@@ -157,6 +167,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_affine(const uint32_t
                                                                 const int8_t *__restrict__ xq, const float *__restrict__ xd,
                                                                 const float *__restrict__ xs, float *__restrict__ y,
                                                                 int rows, long cols) {
+    cuk_pdl_start();
     constexpr int QB = 128 / BITS; /* codes per 16-byte load */
     const int lane = threadIdx.x & 31, row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
     if (row0 >= rows) return;
@@ -225,6 +236,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_affine_f(const uint32
                                                                   const void *__restrict__ B, int stype, int gs,
                                                                   const float *__restrict__ x, float *__restrict__ y,
                                                                   int rows, long cols) {
+    cuk_pdl_start();
     constexpr int PW = 32 / BITS, U = T <= 2 ? 16 : 8; /* codes per word, words in flight per lane */
     constexpr uint32_t MASK = (1u << BITS) - 1;
     const int lane = threadIdx.x & 31, row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
@@ -391,6 +403,7 @@ __global__ void __launch_bounds__(X1_WARPS * 32, MB)
         rows_of(task, wr, gb);
         x1_load<R, U, BITS, ST>(wr, gb, S, B, gshift, lane, nq, v, sc, bi);
     }
+    cuk_pdl_start(); /* weights only above: x is the previous kernel's output */
     /* stage x: each thread 4 columns per step, SU steps of loads in flight; the
      * trip count is the same for every thread (shuffles need whole warps) */
     constexpr int SU = 4;
@@ -532,7 +545,7 @@ static bool launch_x1(const weight *w, const float *x, float *y, cudaStream_t s)
     const long tasks = (rows + R - 1) / R, need = (tasks + X1_WARPS - 1) / X1_WARPS;
     const int blocks = (int)(need < (long)nsm * per ? need : (long)nsm * per);
     const int gshift = __builtin_ctz((unsigned)(w->group / QB));
-    kernel_mv_affine_x1<R, U, BITS, ST, P, MB><<<blocks, X1_WARPS * 32, smem, s>>>((const uint4 *)w->data, w->scales, w->biases,
+    cuk_launch(kernel_mv_affine_x1<R, U, BITS, ST, P, MB>, blocks, X1_WARPS * 32, smem, s, (const uint4 *)w->data, w->scales, w->biases,
                                                                            gshift, x, y, rows, cols);
     return true;
 }
@@ -620,20 +633,20 @@ static void launch_mv_r(const weight *w, const float *x, float *y, void *work, c
     const long cols = w->cols;
     const dim3 grid((unsigned)((rows + MV_WARPS * R - 1) / (MV_WARPS * R))), block(MV_WARPS * 32);
     switch (w->fmt) {
-    case WF_BF16: kernel_mv_16<T, R, true><<<grid, block, 0, s>>>((const uint16_t *)w->data, x, y, rows, cols); break;
-    case WF_F16: kernel_mv_16<T, R, false><<<grid, block, 0, s>>>((const uint16_t *)w->data, x, y, rows, cols); break;
+    case WF_BF16: cuk_launch(kernel_mv_16<T, R, true>, grid, block, 0, s, (const uint16_t *)w->data, x, y, rows, cols); break;
+    case WF_F16: cuk_launch(kernel_mv_16<T, R, false>, grid, block, 0, s, (const uint16_t *)w->data, x, y, rows, cols); break;
     case WF_F32: {
         const dim3 g1((unsigned)((rows + MV_WARPS - 1) / MV_WARPS));
-        kernel_mv_f32<T><<<g1, block, 0, s>>>((const float *)w->data, x, y, rows, cols);
+        cuk_launch(kernel_mv_f32<T>, g1, block, 0, s, (const float *)w->data, x, y, rows, cols);
         break;
     }
     case WF_AFFINE: {
         if (!int8_activations()) {
             if (w->bits == 4)
-                kernel_mv_affine_f<T, R, 4><<<grid, block, 0, s>>>((const uint32_t *)w->data, w->scales, w->biases,
+                cuk_launch(kernel_mv_affine_f<T, R, 4>, grid, block, 0, s, (const uint32_t *)w->data, w->scales, w->biases,
                                                                   (int)w->stype, w->group, x, y, rows, cols);
             else
-                kernel_mv_affine_f<T, R, 8><<<grid, block, 0, s>>>((const uint32_t *)w->data, w->scales, w->biases,
+                cuk_launch(kernel_mv_affine_f<T, R, 8>, grid, block, 0, s, (const uint32_t *)w->data, w->scales, w->biases,
                                                                   (int)w->stype, w->group, x, y, rows, cols);
             break;
         }
@@ -643,12 +656,12 @@ static void launch_mv_r(const weight *w, const float *x, float *y, void *work, c
         float *xs = xd + (size_t)T * (cols / 16);
         const long n = (long)T * cols;
         if (w->bits == 4) {
-            kernel_quant_x<32, true><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(x, n, xq, xd, xs);
-            kernel_mv_affine<T, R, 4><<<grid, block, 0, s>>>((const uint32_t *)w->data, w->scales, w->biases,
+            cuk_launch(kernel_quant_x<32, true>, (unsigned)((n + 255) / 256), 256, 0, s, x, n, xq, xd, xs);
+            cuk_launch(kernel_mv_affine<T, R, 4>, grid, block, 0, s, (const uint32_t *)w->data, w->scales, w->biases,
                                                             (int)w->stype, w->group, xq, xd, xs, y, rows, cols);
         } else {
-            kernel_quant_x<16, false><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(x, n, xq, xd, xs);
-            kernel_mv_affine<T, R, 8><<<grid, block, 0, s>>>((const uint32_t *)w->data, w->scales, w->biases,
+            cuk_launch(kernel_quant_x<16, false>, (unsigned)((n + 255) / 256), 256, 0, s, x, n, xq, xd, xs);
+            cuk_launch(kernel_mv_affine<T, R, 8>, grid, block, 0, s, (const uint32_t *)w->data, w->scales, w->biases,
                                                             (int)w->stype, w->group, xq, xd, xs, y, rows, cols);
         }
         (void)qb;

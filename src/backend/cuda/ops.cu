@@ -13,6 +13,7 @@ static inline unsigned blocks_for(long n, int per) { return (unsigned)((n + per 
 /* one block per row; sum of squares in float, as the CPU backend (which uses double) */
 __global__ void kernel_rmsnorm(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ y, int n,
                                float eps, int plus_one) {
+    cuk_pdl_start();
     const float *xr = x + (long)blockIdx.x * n;
     float *yr = y + (long)blockIdx.x * n;
     __shared__ float part[32];
@@ -36,7 +37,7 @@ __global__ void kernel_rmsnorm(const float *__restrict__ x, const float *__restr
 
 extern "C" int cuk_rmsnorm(const float *x, const float *w, float *y, int T, int n, float eps, int plus_one, cuk_stream s) {
     int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
-    kernel_rmsnorm<<<T, threads, 0, (cudaStream_t)s>>>(x, w, y, n, eps, plus_one);
+    cuk_launch(kernel_rmsnorm, T, threads, 0, (cudaStream_t)s, x, w, y, n, eps, plus_one);
     return cuk_check("rmsnorm");
 }
 
@@ -60,6 +61,7 @@ __device__ __forceinline__ float block_sum(float v, float *part) {
  * kernels bit for bit. Each thread writes only elements it read (y may be d). */
 __global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const float *__restrict__ dw,
                                    const float *__restrict__ w, float *y, int n, float eps, int plus_one) {
+    cuk_pdl_start();
     float *xr = x + (long)blockIdx.x * n;
     const float *dr = d + (long)blockIdx.x * n;
     __shared__ float part[32];
@@ -88,7 +90,7 @@ __global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const 
 extern "C" int cuk_add_rmsnorm(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n, float eps,
                                int plus_one, cuk_stream s) {
     int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
-    kernel_add_rmsnorm<<<T, threads, 0, (cudaStream_t)s>>>(x, d, dw, w, y, n, eps, plus_one);
+    cuk_launch(kernel_add_rmsnorm, T, threads, 0, (cudaStream_t)s, x, d, dw, w, y, n, eps, plus_one);
     return cuk_check("add_rmsnorm");
 }
 
@@ -97,6 +99,7 @@ extern "C" int cuk_add_rmsnorm(float *x, const float *d, const float *dw, const 
 __global__ void kernel_qk_norm_rope(float *q, float *k, int n_heads, int n_kv, int head_dim, int norm,
                                     const float *__restrict__ qw, const float *__restrict__ kw, float eps, int plus_one,
                                     const int32_t *__restrict__ pos, const float *__restrict__ inv_freq, int dim, float af) {
+    cuk_pdl_start();
     const int nh = n_heads + (k ? n_kv : 0);
     const int t = blockIdx.x / nh, h = blockIdx.x % nh, c = threadIdx.x;
     const bool isq = h < n_heads;
@@ -137,13 +140,14 @@ extern "C" int cuk_qk_norm_rope(float *q, float *k, int T, int n_heads, int n_kv
     if (head_dim > 512) return err_set("cuda qk_norm_rope: head_dim %d exceeds 512", head_dim);
     const int threads = ((head_dim + 31) / 32) * 32;
     const int blocks = T * (n_heads + (k ? n_kv : 0));
-    kernel_qk_norm_rope<<<blocks, threads, 0, (cudaStream_t)s>>>(q, k, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one,
+    cuk_launch(kernel_qk_norm_rope, blocks, threads, 0, (cudaStream_t)s, q, k, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one,
                                                                   pos, inv_freq, dim, attn_factor);
     return cuk_check("qk_norm_rope");
 }
 
 __global__ void kernel_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const float *inv_freq, int dim,
                             float af) {
+    cuk_pdl_start();
     const int half = dim / 2;
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * n_heads * half) return;
@@ -164,11 +168,12 @@ __global__ void kernel_rope(float *x, int T, int n_heads, int head_dim, const in
 extern "C" int cuk_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const float *inv_freq, int dim,
                         float attn_factor, cuk_stream s) {
     long n = (long)T * n_heads * (dim / 2);
-    kernel_rope<<<blocks_for(n, 256), 256, 0, (cudaStream_t)s>>>(x, T, n_heads, head_dim, pos, inv_freq, dim, attn_factor);
+    cuk_launch(kernel_rope, blocks_for(n, 256), 256, 0, (cudaStream_t)s, x, T, n_heads, head_dim, pos, inv_freq, dim, attn_factor);
     return cuk_check("rope");
 }
 
 __global__ void kernel_glu(float *g, const float *u, long n, int act) {
+    cuk_pdl_start();
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float v = g[i];
@@ -181,17 +186,18 @@ __global__ void kernel_glu(float *g, const float *u, long n, int act) {
 }
 
 extern "C" int cuk_glu(float *g, const float *u, long n, int act, cuk_stream s) {
-    kernel_glu<<<blocks_for(n, 256), 256, 0, (cudaStream_t)s>>>(g, u, n, act);
+    cuk_launch(kernel_glu, blocks_for(n, 256), 256, 0, (cudaStream_t)s, g, u, n, act);
     return cuk_check("glu");
 }
 
 __global__ void kernel_add(float *y, const float *x, long n) {
+    cuk_pdl_start();
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += x[i];
 }
 
 extern "C" int cuk_add(float *y, const float *x, long n, cuk_stream s) {
-    kernel_add<<<blocks_for(n, 256), 256, 0, (cudaStream_t)s>>>(y, x, n);
+    cuk_launch(kernel_add, blocks_for(n, 256), 256, 0, (cudaStream_t)s, y, x, n);
     return cuk_check("add");
 }
 
@@ -222,6 +228,7 @@ __device__ __forceinline__ float weight_elem(const weight w, int64_t r, int64_t 
 }
 
 __global__ void kernel_embed(const weight w, const int32_t *tok, int T, float scale, float *x) {
+    cuk_pdl_start();
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * w.cols) return;
     const int t = (int)(i / w.cols);
@@ -231,7 +238,7 @@ __global__ void kernel_embed(const weight w, const int32_t *tok, int T, float sc
 
 extern "C" int cuk_embed(const weight *w, const int32_t *tok, int T, float scale, float *x, cuk_stream s) {
     long n = (long)T * w->cols;
-    kernel_embed<<<blocks_for(n, 256), 256, 0, (cudaStream_t)s>>>(*w, tok, T, scale, x);
+    cuk_launch(kernel_embed, blocks_for(n, 256), 256, 0, (cudaStream_t)s, *w, tok, T, scale, x);
     return cuk_check("embed");
 }
 
@@ -239,6 +246,7 @@ extern "C" int cuk_embed(const weight *w, const int32_t *tok, int T, float scale
  * *slot_dev when it is not NULL (a recorded step reads it at replay time) */
 __global__ void kernel_put_rows(float *kd, float *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev,
                                 const float *k, const float *v, const int32_t *pos, int n) {
+    cuk_pdl_start();
     const int s0 = slot_dev ? *slot_dev : slot;
     const long total = (long)n * row;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
@@ -254,12 +262,13 @@ extern "C" int cuk_put_rows(float *kd, float *vd, int32_t *pd, long row, int slo
     const long total = (long)n * row;
     long nb = blocks_for(total, 256);
     if (nb > 1024) nb = 1024;
-    kernel_put_rows<<<(unsigned)nb, 256, 0, (cudaStream_t)s>>>(kd, vd, pd, row, slot, slot_dev, k, v, pos, n);
+    cuk_launch(kernel_put_rows, (unsigned)nb, 256, 0, (cudaStream_t)s, kd, vd, pd, row, slot, slot_dev, k, v, pos, n);
     return cuk_check("put_rows");
 }
 
 /* rows [r0, r0 + n) of w as bf16 hi, and (lo != NULL) the rounding error as bf16 lo */
 __global__ void kernel_weight_bf16(const weight w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo) {
+    cuk_pdl_start();
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n * w.cols) return;
     if (w.fmt == WF_BF16) {
@@ -275,28 +284,30 @@ __global__ void kernel_weight_bf16(const weight w, int64_t r0, int64_t n, uint16
 
 extern "C" int cuk_weight_to_bf16(const weight *w, int64_t r0, int64_t n, uint16_t *dst, cuk_stream s) {
     long total = (long)n * w->cols;
-    kernel_weight_bf16<<<blocks_for(total, 256), 256, 0, (cudaStream_t)s>>>(*w, r0, n, dst, NULL);
+    cuk_launch(kernel_weight_bf16, blocks_for(total, 256), 256, 0, (cudaStream_t)s, *w, r0, n, dst, (uint16_t *)NULL);
     return cuk_check("weight_to_bf16");
 }
 
 extern "C" int cuk_weight_to_bf16x2(const weight *w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo, cuk_stream s) {
     long total = (long)n * w->cols;
-    kernel_weight_bf16<<<blocks_for(total, 256), 256, 0, (cudaStream_t)s>>>(*w, r0, n, hi, lo);
+    cuk_launch(kernel_weight_bf16, blocks_for(total, 256), 256, 0, (cudaStream_t)s, *w, r0, n, hi, lo);
     return cuk_check("weight_to_bf16x2");
 }
 
 __global__ void kernel_f32_bf16(const float *src, uint16_t *dst, long n) {
+    cuk_pdl_start();
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = f2bf16(src[i]);
 }
 
 extern "C" int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s) {
-    kernel_f32_bf16<<<blocks_for(n, 256), 256, 0, (cudaStream_t)s>>>(src, dst, n);
+    cuk_launch(kernel_f32_bf16, blocks_for(n, 256), 256, 0, (cudaStream_t)s, src, dst, n);
     return cuk_check("f32_to_bf16");
 }
 
 /* one block of 1024 threads: (value, index) reduction, lowest index on ties */
 __global__ void kernel_argmax(const float *x, int n, int32_t *out) {
+    cuk_pdl_start();
     __shared__ float bv[32];
     __shared__ int bi[32];
     float v = -INFINITY;
@@ -323,38 +334,41 @@ __global__ void kernel_argmax(const float *x, int n, int32_t *out) {
 }
 
 extern "C" int cuk_argmax(const float *x, int n, int32_t *out, cuk_stream s) {
-    kernel_argmax<<<1, 1024, 0, (cudaStream_t)s>>>(x, n, out);
+    cuk_launch(kernel_argmax, 1, 1024, 0, (cudaStream_t)s, x, n, out);
     return cuk_check("argmax");
 }
 
 __global__ void kernel_scale(float *x, long n, float s) {
+    cuk_pdl_start();
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= s;
 }
 
 extern "C" int cuk_scale(float *x, long n, float s, cuk_stream st) {
-    kernel_scale<<<blocks_for(n, 256), 256, 0, (cudaStream_t)st>>>(x, n, s);
+    cuk_launch(kernel_scale, blocks_for(n, 256), 256, 0, (cudaStream_t)st, x, n, s);
     return cuk_check("scale");
 }
 
 /* divide then multiply, as the CPU backend and transformers do */
 __global__ void kernel_softcap(float *x, long n, float cap) {
+    cuk_pdl_start();
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 
 extern "C" int cuk_softcap(float *x, long n, float cap, cuk_stream st) {
-    kernel_softcap<<<blocks_for(n, 256), 256, 0, (cudaStream_t)st>>>(x, n, cap);
+    cuk_launch(kernel_softcap, blocks_for(n, 256), 256, 0, (cudaStream_t)st, x, n, cap);
     return cuk_check("softcap");
 }
 
 __global__ void kernel_add_rows(float *y, const float *bias, long n, long width) {
+    cuk_pdl_start();
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += bias[i % width];
 }
 
 extern "C" int cuk_add_rows(float *y, const float *bias, int rows, long width, cuk_stream st) {
     const long n = (long)rows * width;
-    kernel_add_rows<<<blocks_for(n, 256), 256, 0, (cudaStream_t)st>>>(y, bias, n, width);
+    cuk_launch(kernel_add_rows, blocks_for(n, 256), 256, 0, (cudaStream_t)st, y, bias, n, width);
     return cuk_check("add_rows");
 }

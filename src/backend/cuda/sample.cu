@@ -353,6 +353,7 @@ __device__ __forceinline__ void smp_write(int32_t *out, int32_t *host_out, int t
 __global__ void __launch_bounds__(SMP_THREADS, 1)
     kernel_sample1(const float *__restrict__ x, int V, cuk_sample_params p, const double *__restrict__ u,
                    int32_t *out, int32_t *host_out, uint2 *la, uint2 *lb) {
+    cuk_pdl_start();
     __shared__ smp_shared sh;
     const int tid = (int)threadIdx.x;
     const bool greedy = p.temperature <= 0.0f;
@@ -413,6 +414,7 @@ __global__ void __launch_bounds__(SMP_THREADS, 1)
 __global__ void __launch_bounds__(SMP_PT)
     kernel_sample_part(const float *__restrict__ x, int V, int radix, uint32_t *pkey, int *pid, uint32_t *phist,
                        smp_state *st) {
+    cuk_pdl_start();
     __shared__ uint32_t hist[256];
     __shared__ uint32_t wk[32];
     __shared__ int wi[32];
@@ -452,6 +454,7 @@ __global__ void __launch_bounds__(SMP_PT)
     kernel_sample_filter(const float *__restrict__ x, int V, cuk_sample_params p, int G, const uint32_t *pkey,
                          const int *pid, const uint32_t *phist, smp_state *st, uint2 *clist, uint2 *llist, int32_t *out,
                          int32_t *host_out) {
+    cuk_pdl_start();
     __shared__ uint32_t hist[256];
     __shared__ uint32_t wk[32];
     __shared__ int wi[32];
@@ -516,6 +519,7 @@ __global__ void __launch_bounds__(SMP_THREADS, 1)
     kernel_sample_final(const float *__restrict__ x, int V, cuk_sample_params p, const double *__restrict__ u,
                         const smp_state *st, const uint2 *clist, uint2 *la, uint2 *lb, int32_t *out,
                         int32_t *host_out) {
+    cuk_pdl_start();
     __shared__ smp_shared sh;
     const int tid = (int)threadIdx.x;
     if (st->done) return;
@@ -600,7 +604,7 @@ extern "C" int cuk_sample(const float *logits, int V, const cuk_sample_params *p
     uint2 *la = w ? (uint2 *)(w + L.la) : NULL, *lb = w ? (uint2 *)(w + L.lb) : NULL;
     const cudaStream_t st = (cudaStream_t)s;
     if (one) {
-        kernel_sample1<<<1, SMP_THREADS, 0, st>>>(logits, V, *p, u, out, host_out, la, lb);
+        cuk_launch(kernel_sample1, 1, SMP_THREADS, 0, st, logits, V, *p, u, out, host_out, la, lb);
         return cuk_check("sample");
     }
     const int G = (V + SMP_CH - 1) / SMP_CH;
@@ -608,11 +612,11 @@ extern "C" int cuk_sample(const float *logits, int V, const cuk_sample_params *p
     int *pid = (int *)(w + L.pid);
     smp_state *state = (smp_state *)(w + L.st);
     uint2 *clist = (uint2 *)(w + L.clist);
-    kernel_sample_part<<<G, SMP_PT, 0, st>>>(logits, V, sampling, pkey, pid, phist, state);
+    cuk_launch(kernel_sample_part, G, SMP_PT, 0, st, logits, V, sampling, pkey, pid, phist, state);
     if (cuk_check("sample (chunks)")) return -1;
-    kernel_sample_filter<<<G, SMP_PT, 0, st>>>(logits, V, *p, G, pkey, pid, phist, state, clist, la, out, host_out);
+    cuk_launch(kernel_sample_filter, G, SMP_PT, 0, st, logits, V, *p, G, pkey, pid, phist, state, clist, la, out, host_out);
     if (cuk_check("sample (filter)")) return -1;
     if (!sampling) return 0;
-    kernel_sample_final<<<1, SMP_THREADS, 0, st>>>(logits, V, *p, u, state, clist, la, lb, out, host_out);
+    cuk_launch(kernel_sample_final, 1, SMP_THREADS, 0, st, logits, V, *p, u, state, clist, la, lb, out, host_out);
     return cuk_check("sample (final)");
 }
