@@ -219,6 +219,34 @@ static void seeded_reproducible(void) {
     celer_sampler_free(s);
 }
 
+/* One draw per token whenever temperature > 0, even when a single candidate is left
+ * (top-k 1 here), as the device sampler draws; greedy draws nothing. The device
+ * loop's draw is the same next uniform, and taking it back restores the stream. */
+static void one_draw_per_token(void) {
+    float l[8];
+    logits8(l);
+    celer_sampler *s = make(0.8f, 1, 1.0f, 0.0f, 8); /* make() seeds 42 */
+    celer_sampler *g = make(0.0f, 40, 1.0f, 0.0f, 8);
+    if (!s || !g) return;
+    sample_rng r;
+    sample_rng_seed(&r, 42);
+    for (int i = 0; i < 3; i++) {
+        celer_sampler_sample(s, l);
+        celer_sampler_sample(g, l);
+        sample_rng_uniform(&r);
+    }
+    sample_rng before, gb;
+    const double want = sample_rng_uniform(&r);
+    CHECK(sample_device_draw(s, &before) == want, "the 4th draw after 3 top-k-1 tokens is not the stream's 4th");
+    sample_device_undraw(s, &before);
+    CHECK(sample_device_draw(s, &before) == want, "an undone draw did not come back");
+    sample_rng_seed(&r, 42);
+    sample_device_draw(g, &gb); /* greedy: no draw, so g's stream is untouched */
+    CHECK(memcmp(&gb, &r, sizeof r) == 0, "greedy sampling consumed draws");
+    celer_sampler_free(s);
+    celer_sampler_free(g);
+}
+
 static void penalties(void) {
     celer_sampler_params p;
     celer_sampler_params_default(&p);
@@ -336,6 +364,7 @@ int main(void) {
     RUN(temperature_reshapes);
     RUN(sampling_frequencies);
     RUN(seeded_reproducible);
+    RUN(one_draw_per_token);
     RUN(penalties);
     RUN(stop_and_bad_params);
     RUN(generate_on_default_model);

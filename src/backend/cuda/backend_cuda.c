@@ -63,10 +63,8 @@ void *cuda_grow(cuda_backend *c, grow_buf *g, size_t bytes, const char *what) {
     return g->p;
 }
 
-static int status(backend *b) {
-    cuda_backend *c = cu(b);
-    c->n_forwards++;
-    if (c->t_mark > 0) c->t_enqueue += now_s() - c->t_mark; /* host time since the last result */
+/* 0, or -1 with the first failure since the last report (then cleared). */
+static int take_failure(cuda_backend *c) {
     if (!c->failed) {
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) {
@@ -77,6 +75,14 @@ static int status(backend *b) {
     if (!c->failed) return 0;
     c->failed = 0; /* reported once; the next forward starts clean */
     return err_set("%s", c->why);
+}
+
+/* The op the forward calls at its end (counted as one forward for CELER_STATS). */
+static int status(backend *b) {
+    cuda_backend *c = cu(b);
+    c->n_forwards++;
+    if (c->t_mark > 0) c->t_enqueue += now_s() - c->t_mark; /* host time since the last result */
+    return take_failure(c);
 }
 
 /* ---- memory ------------------------------------------------------------------ */
@@ -260,7 +266,7 @@ static int upload_weight(backend *b, weight *w, int transposed) {
         nw.on_device = 1;
         *w = nw;
     }
-    if (c->failed) return status(b);
+    if (c->failed) return take_failure(c);
     return rc;
 }
 
@@ -302,7 +308,7 @@ static int upload_fused(backend *b, weight *const *parts, int n, weight *out) {
         od += d, os += sc, ob += bi;
     }
     *out = f;
-    return cu(b)->failed ? status(b) : 0;
+    return take_failure(cu(b));
 }
 
 /* ---- expert routing and experts (op by op: the host groups tokens by expert) ---- */

@@ -33,7 +33,8 @@ static inline int cuk_check(const char *what) {
  * then wait in their own cuk_pdl_start) and waits until every earlier kernel has
  * finished and its writes are visible. Every kernel started with cuk_launch calls
  * it before it reads or writes anything earlier kernels touch (weights, which no
- * kernel writes, may be read first). CELER_PDL=0 launches plainly, for A/B runs. */
+ * kernel writes, may be read first). Only decode steps launch this way (below);
+ * CELER_PDL=0 launches plainly, for A/B runs. */
 __device__ __forceinline__ void cuk_pdl_start() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -41,13 +42,17 @@ __device__ __forceinline__ void cuk_pdl_start() {
 #endif
 }
 
+/* Set (cuk_set_pdl) while a recorded decode step is captured or run: prefill's large
+ * grids measured slower with early launches (their waiting blocks hold SM slots). */
+extern thread_local int cuk_pdl_step;
+
 static inline int cuk_pdl_enabled() {
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("CELER_PDL");
         on = !(e && e[0] == '0');
     }
-    return on;
+    return on && cuk_pdl_step;
 }
 
 /* k<<<g, b, smem, s>>>(a...), allowed to overlap the kernel before it (see above);

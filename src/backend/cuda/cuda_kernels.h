@@ -17,6 +17,11 @@ extern "C" {
 
 typedef struct CUstream_st *cuk_stream;
 
+/* Kernels launched on this thread while on may overlap the kernel before them
+ * (programmatic dependent launch, common.cuh): the backend turns it on while a
+ * recorded decode step is captured or run. */
+void cuk_set_pdl(int on);
+
 /* Batch sizes up to CUK_MV_MAX_T use the matrix-vector kernels; larger ones GEMM. */
 #define CUK_MV_MAX_T 8
 

@@ -8,40 +8,14 @@ extern "C" {
 #include "backend/cuda/cuda_kernels.h"
 }
 
+thread_local int cuk_pdl_step;
+
+extern "C" void cuk_set_pdl(int on) { cuk_pdl_step = on; }
+
 static inline unsigned blocks_for(long n, int per) { return (unsigned)((n + per - 1) / per); }
 
-/* one block per row; sum of squares in float, as the CPU backend (which uses double) */
-__global__ void kernel_rmsnorm(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ y, int n,
-                               float eps, int plus_one) {
-    cuk_pdl_start();
-    const float *xr = x + (long)blockIdx.x * n;
-    float *yr = y + (long)blockIdx.x * n;
-    __shared__ float part[32];
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
-        v = warp_sum(v);
-        if (threadIdx.x == 0) part[0] = v;
-    }
-    __syncthreads();
-    const float r = rsqrtf(part[0] / n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float g = w ? (plus_one ? 1.f + w[i] : w[i]) : 1.f;
-        yr[i] = xr[i] * r * g;
-    }
-}
-
-extern "C" int cuk_rmsnorm(const float *x, const float *w, float *y, int T, int n, float eps, int plus_one, cuk_stream s) {
-    int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
-    cuk_launch(kernel_rmsnorm, T, threads, 0, (cudaStream_t)s, x, w, y, n, eps, plus_one);
-    return cuk_check("rmsnorm");
-}
-
-/* sum of v over the block (blockDim a multiple of 32), in kernel_rmsnorm's order */
+/* sum of v over the block (blockDim a multiple of 32), every norm reduces this way, so fused and
+ * separate norms give the same bits */
 __device__ __forceinline__ float block_sum(float v, float *part) {
     v = warp_sum(v);
     __syncthreads(); /* part may still be read from the last call */
@@ -55,6 +29,29 @@ __device__ __forceinline__ float block_sum(float v, float *part) {
     __syncthreads();
     return part[0];
 }
+
+/* one block per row; sum of squares in float, as the CPU backend (which uses double) */
+__global__ void kernel_rmsnorm(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ y, int n,
+                               float eps, int plus_one) {
+    cuk_pdl_start();
+    const float *xr = x + (long)blockIdx.x * n;
+    float *yr = y + (long)blockIdx.x * n;
+    __shared__ float part[32];
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+    const float r = rsqrtf(block_sum(ss, part) / n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float g = w ? (plus_one ? 1.f + w[i] : w[i]) : 1.f;
+        yr[i] = xr[i] * r * g;
+    }
+}
+
+extern "C" int cuk_rmsnorm(const float *x, const float *w, float *y, int T, int n, float eps, int plus_one, cuk_stream s) {
+    int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
+    cuk_launch(kernel_rmsnorm, T, threads, 0, (cudaStream_t)s, x, w, y, n, eps, plus_one);
+    return cuk_check("rmsnorm");
+}
+
 
 /* one block per row: x += d (or d's norm with dw), then y = norm(x) when y != NULL;
  * the per-thread sums run in kernel_rmsnorm's order, so results match the separate

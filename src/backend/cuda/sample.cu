@@ -77,6 +77,30 @@ __device__ __forceinline__ void smp_hist_add(uint32_t *hist, int d) {
     if (d < 256) atomicAdd(&hist[d], 1u);
 }
 
+/* The best (key, id) of this thread's share of x [start, end) read by NT threads, and
+ * when radix the first digit's histogram. Ids rise along a thread: ties keep the first. */
+template <int NT>
+__device__ __forceinline__ void smp_scan(const float *__restrict__ x, int start, int end, int tid, bool radix,
+                                         uint32_t *hist, uint32_t &bk, int &bi) {
+    for (int base = start; base < end; base += NT * SMP_UNROLL) {
+        float v[SMP_UNROLL];
+#pragma unroll
+        for (int j = 0; j < SMP_UNROLL; j++) {
+            const int i = base + j * NT + tid;
+            v[j] = i < end ? x[i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < SMP_UNROLL; j++) {
+            const int i = base + j * NT + tid;
+            if (i < end) {
+                const uint32_t k = smp_key(v[j]);
+                if (k > bk) { bk = k; bi = i; }
+                if (radix) smp_hist_add(hist, (int)(k >> 24));
+            }
+        }
+    }
+}
+
 /* Claims slots at *count (shared or global) for the flagged lanes (in lane order within
  * the warp). Called by all 32 lanes. Returns this lane's slot, or -1. */
 __device__ __forceinline__ int smp_claim(bool flag, int *count) {
@@ -364,23 +388,7 @@ __global__ void __launch_bounds__(SMP_THREADS, 1)
     /* argmax (and the histogram of the first digit when the radix select follows) */
     uint32_t bk = 0;
     int bi = 0x7fffffff;
-    for (int base = 0; base < V; base += SMP_THREADS * SMP_UNROLL) {
-        float v[SMP_UNROLL];
-#pragma unroll
-        for (int j = 0; j < SMP_UNROLL; j++) {
-            const int i = base + j * SMP_THREADS + tid;
-            v[j] = i < V ? x[i] : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < SMP_UNROLL; j++) {
-            const int i = base + j * SMP_THREADS + tid;
-            if (i < V) {
-                const uint32_t k = smp_key(v[j]);
-                if (k > bk) { bk = k; bi = i; }  /* ids rise along a thread: ties keep the first */
-                if (radix) smp_hist_add(sh.hist, (int)(k >> 24));
-            }
-        }
-    }
+    smp_scan<SMP_THREADS>(x, 0, V, tid, radix, sh.hist, bk, bi);
     smp_block_best(bk, bi, sh.wkey, sh.wid);
     /* the CPU's scan keeps a NaN at id 0 (nothing compares better than it) */
     const float x0 = x[0];
@@ -424,23 +432,7 @@ __global__ void __launch_bounds__(SMP_PT)
     const int start = (int)blockIdx.x * SMP_CH, end = min(V, start + SMP_CH);
     uint32_t bk = 0;
     int bi = 0x7fffffff;
-    for (int base = start; base < end; base += SMP_PT * SMP_UNROLL) {
-        float v[SMP_UNROLL];
-#pragma unroll
-        for (int j = 0; j < SMP_UNROLL; j++) {
-            const int i = base + j * SMP_PT + tid;
-            v[j] = i < end ? x[i] : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < SMP_UNROLL; j++) {
-            const int i = base + j * SMP_PT + tid;
-            if (i < end) {
-                const uint32_t k = smp_key(v[j]);
-                if (k > bk) { bk = k; bi = i; }
-                if (radix) smp_hist_add(hist, (int)(k >> 24));
-            }
-        }
-    }
+    smp_scan<SMP_PT>(x, start, end, tid, radix, hist, bk, bi);
     smp_block_best(bk, bi, wk, wi);  /* its __syncthreads also completes hist */
     if (radix) phist[(size_t)blockIdx.x * 256 + tid] = hist[tid];
     if (tid == 0) {

@@ -170,7 +170,9 @@ static const char *values_of(const cuda_backend *c, const step_op *e) {
 /* Uploads the values and runs ops [0, n) one by one. */
 static void run_list(cuda_backend *c, const step_op *ops, int n) {
     if (c->n_values) cuda_stage_upload(c, c->dvalues, c->values, c->n_values);
+    cuk_set_pdl(1);
     for (int i = 0; i < n && !c->failed; i++) run_op(c, &ops[i], values_of(c, &ops[i]));
+    cuk_set_pdl(0);
 }
 
 void cuda_step_stop(cuda_backend *c) {
@@ -268,8 +270,10 @@ static step_graph *capture(cuda_backend *c) {
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed);
     if (e == cudaSuccess) {
+        cuk_set_pdl(1);
         for (int i = 0; i < c->n_tape && !c->failed; i++)
             run_op(c, &c->tape[i], values_of(c, &c->tape[i]));
+        cuk_set_pdl(0);
         e = cudaStreamEndCapture(c->stream, &graph);
     }
     if (e == cudaSuccess && !c->failed) e = cudaGraphInstantiate(&g->exec, graph, 0);
