@@ -553,7 +553,10 @@ size_t kv_trim(kv_cache *c) {
 /* ---- inspection --------------------------------------------------------------- */
 
 size_t kv_bytes(const kv_cache *c) {
-    return c && c->buf ? (size_t)atomic_load(&c->buf->cap) * row_bytes(c->row) : 0;
+    if (!c || !c->buf) return 0;
+    /* a device buffer is allocated whole (no commit in steps yet) */
+    const int rows = c->buf->dev ? c->buf->reserve : atomic_load(&c->buf->cap);
+    return (size_t)rows * row_bytes(c->row);
 }
 
 size_t kv_view_bytes(const kv_cache *c) { return c ? (size_t)c->n * row_bytes(c->row) : 0; }

@@ -146,7 +146,8 @@ size_t kv_trim(kv_cache *c);
 
 /* Positions held: lowest and highest (both -1 when empty). */
 void kv_pos_range(const kv_cache *c, int32_t *lo, int32_t *hi);
-/* Bytes of memory committed to c's buffer (shared bytes counted for each holder). */
+/* Bytes of memory committed to c's buffer (a device buffer: its whole allocation;
+ * shared bytes counted for each holder). */
 size_t kv_bytes(const kv_cache *c);
 /* Bytes of the rows c's view holds (keys, values, positions). */
 size_t kv_view_bytes(const kv_cache *c);
