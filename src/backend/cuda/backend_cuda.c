@@ -463,7 +463,7 @@ static void destroy(backend *b) {
         cuda_steps_free(c);
         for (int i = 0; i < 2; i++)
             if (c->prof_ev[i]) cudaEventDestroy(c->prof_ev[i]);
-        grow_buf *g[] = {&c->mv, &c->xbf, &c->wbf, &c->att, &c->tok, &c->route, &c->moe_idx, &c->moe_w, &c->smp};
+        grow_buf *g[] = {&c->mv, &c->xbf, &c->wbf, &c->att, &c->moe_idx, &c->moe_w, &c->smp};
         for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) cudaFree(g[i]->p);
         if (c->blas) cublasDestroy(c->blas);
         if (c->stream) cudaStreamDestroy(c->stream);

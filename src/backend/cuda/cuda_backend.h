@@ -66,7 +66,7 @@ typedef struct {
     cublasHandle_t blas;
     int failed;
     char why[512];
-    grow_buf mv, xbf, wbf, att, tok, route, moe_idx, moe_w, smp;
+    grow_buf mv, xbf, wbf, att, moe_idx, moe_w, smp;
     int32_t *sampled;     /* [SAMPLE_SLOTS] mapped pinned: tokens the sampler wrote */
     int32_t *sampled_dev; /* its device alias */
     cudaEvent_t sample_done[SAMPLE_SLOTS];
