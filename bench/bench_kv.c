@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/settings.h"
 #include "celer.h"
 #include "engine/engine.h"
 
@@ -131,14 +132,14 @@ int main(int argc, char **argv) {
         celer_session_free(p);
         celer_session *arm[2];
         for (int a = 0; a < 2; a++) {
-            setenv("CELER_KV_INPLACE_WRITE", a == 0 ? "1" : "0", 1);
+            setting_override(SET_CELER_KV_INPLACE_WRITE, a == 0 ? "1" : "0");
             arm[a] = celer_session_new(cm, ctx, 512);
             if (!arm[a] || celer_session_restore(arm[a], snap) != 0) {
                 fprintf(stderr, "bench_kv: %s\n", celer_last_error());
                 return 1;
             }
         }
-        unsetenv("CELER_KV_INPLACE_WRITE");
+        setting_override(SET_CELER_KV_INPLACE_WRITE, NULL);
         celer_snapshot_free(snap);
         double *ms[2], *cb[2];
         int same = 1;

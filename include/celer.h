@@ -21,6 +21,7 @@
 #define CELER_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,6 +32,13 @@ typedef struct celer_session celer_session;
 
 /* The message of the last failure on this thread ("" if none). */
 const char *celer_last_error(void);
+
+/* The value of one of the environment variables celer reads (CELER_*, llama-server's
+ * LLAMA_ARG_*, HOME: the table in docs/settings.md), read once per process; NULL when
+ * unset or when name is not in the table. */
+const char *celer_setting(const char *name);
+/* Prints that table (name, type, default, meaning, value when set) to f. */
+void celer_settings_print(FILE *f);
 
 /* Opens a checkpoint directory with n_threads CPU threads (<= 0: all cores).
  * Weights are mapped, not copied. NULL on error. */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "base/settings.h"
 #include "engine/engine.h"
 #include "fixture_util.h"
 #include "harness.h"
@@ -27,9 +28,9 @@ static double max_diff(const float *a, const float *b, long n) {
 
 /* A session made with CELER_KV_INPLACE_WRITE=inplace. */
 static celer_session *session_with(celer_model *m, int ctx, int batch, int inplace) {
-    setenv("CELER_KV_INPLACE_WRITE", inplace ? "1" : "0", 1);
+    setting_override(SET_CELER_KV_INPLACE_WRITE, inplace ? "1" : "0");
     celer_session *s = celer_session_new(m, ctx, batch);
-    unsetenv("CELER_KV_INPLACE_WRITE");
+    setting_override(SET_CELER_KV_INPLACE_WRITE, NULL);
     return s;
 }
 

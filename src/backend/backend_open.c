@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/settings.h"
 #include "backend/backend.h"
 #include "base/err.h"
 
@@ -33,7 +34,7 @@ static void *try_open(const char *path, char *tried, size_t nt) {
 static void *open_cuda_lib(char *tried, size_t nt, char *why, size_t nw) {
     if (g_cuda_lib) return g_cuda_lib;
     void *h = NULL;
-    const char *env = getenv("CELER_CUDA_LIB");
+    const char *env = setting_str(SET_CELER_CUDA_LIB);
     if (env && *env) {
         h = try_open(env, tried, nt);
     } else {
@@ -80,7 +81,7 @@ static int gpu_present(void) { return access("/dev/nvidiactl", F_OK) == 0; }
 
 backend *backend_open(const char *device, int n_threads, int64_t max_cols) {
     if (!device || !*device || strcmp(device, "auto") == 0) {
-        const char *env = getenv("CELER_DEVICE");
+        const char *env = setting_str(SET_CELER_DEVICE);
         if (env && *env && strcmp(env, "auto") != 0) return backend_open(env, n_threads, max_cols);
         if (gpu_present()) {
             backend *b = open_cuda(0, max_cols);

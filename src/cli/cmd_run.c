@@ -322,7 +322,7 @@ static int editor_init(line_editor *ed) {
         history(ed->hist, &ev, H_SETSIZE, 1000);
         history(ed->hist, &ev, H_SETUNIQUE, 1);
         el_set(ed->el, EL_HIST, history, ed->hist);
-        const char *home = getenv("HOME");
+        const char *home = celer_setting("HOME");
         if (home && *home && (size_t)snprintf(ed->path, sizeof ed->path, "%s/.celer_history", home) < sizeof ed->path)
             history(ed->hist, &ev, H_LOAD, ed->path);  /* a missing file is an empty history */
         else

@@ -61,7 +61,7 @@ static int truthy(const char *v) {
 
 static void apply_env(args *a) {
     for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
-        const char *v = getenv(envs[i].env);
+        const char *v = celer_setting(envs[i].env);
         if (!v || !*v) continue;
         for (int k = 0; k < a->n; k++) {
             if (strcmp(a->opts[k].lng, envs[i].flag) != 0 || a->val[k]) continue;
@@ -69,7 +69,7 @@ static void apply_env(args *a) {
             else a->val[k] = v;
         }
     }
-    const char *cp = getenv("LLAMA_ARG_CACHE_PROMPT"); /* the positive spelling */
+    const char *cp = celer_setting("LLAMA_ARG_CACHE_PROMPT"); /* the positive spelling */
     for (int k = 0; cp && k < a->n; k++)
         if (strcmp(a->opts[k].lng, "--no-cache-prompt") == 0 && !a->val[k] && !truthy(cp)) a->val[k] = "1";
 }

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "celer.h"
 #include "cli/default_model.h"
 
 static int has_config(const char *dir) {
@@ -16,7 +17,7 @@ static int has_config(const char *dir) {
 }
 
 const char *cli_default_model(char *buf, size_t n) {
-    const char *env = getenv("CELER_DEFAULT_MODEL");
+    const char *env = celer_setting("CELER_DEFAULT_MODEL");
     if (env && *env) return env;
     char exe[PATH_MAX];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "celer.h"
 #include "cli/commands.h"
 
 static const struct {
@@ -24,7 +25,8 @@ static const struct {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: celer COMMAND [options]   (celer COMMAND --help for its options)\n\ncommands:\n");
+    fprintf(f, "usage: celer COMMAND [options]   (celer COMMAND --help for its options;\n"
+               "       celer --help-env for the environment variables)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].about);
 }
@@ -36,6 +38,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
         usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--help-env") == 0) {
+        celer_settings_print(stdout);
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

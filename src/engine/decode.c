@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/settings.h"
 #include "base/err.h"
 #include "engine/engine.h"
 #include "engine/sample.h"
@@ -23,8 +24,7 @@ int engine_decode_pipelined(celer_session *s, celer_sampler *smp, int n_gen, int
     sample_params sp;
     /* the device's tokens skip the host's range checks: a per-layer table shorter
      * than the vocabulary needs them */
-    const char *env = getenv("CELER_DEVICE_SAMPLE"); /* 0: the host loop, for A/B runs */
-    if (!b->ops->sample || n_gen <= 0 || (env && strcmp(env, "0") == 0) || !sample_device_params(smp, &sp) ||
+    if (!b->ops->sample || n_gen <= 0 || !setting_flag(SET_CELER_DEVICE_SAMPLE) || !sample_device_params(smp, &sp) ||
         (c->ple_dim > 0 && c->ple_vocab < c->vocab))
         return -2;
     model_scratch *scr = s->scratch;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/settings.h"
 #include "base/err.h"
 #include "base/mem.h"
 #include "celer.h"
@@ -97,8 +98,7 @@ void celer_session_kv_stats(const celer_session *s, celer_kv_stats *out) {
 
 void celer_session_free(celer_session *s) {
     if (!s) return;
-    const char *st = getenv("CELER_STATS");
-    if (st && strcmp(st, "1") == 0)
+    if (setting_flag(SET_CELER_STATS))
         fprintf(stderr, "kv: inplace_rows=%llu copied_bytes=%llu cow_copies=%llu\n",
                 (unsigned long long)s->stats.inplace_rows, (unsigned long long)s->stats.copied_bytes,
                 (unsigned long long)s->stats.cow_copies);

@@ -5,6 +5,7 @@
  *
  * Sections: counters; buffers (reserve, commit, copy); write planning; append;
  * truncate; inspection. */
+#include "base/settings.h"
 #include "kv/cache.h"
 
 #include <limits.h>
@@ -50,8 +51,7 @@ void kv_stats_add(kv_stats *into, const kv_stats *d) {
 void kv_test_ignore_sharing(int on) { atomic_store(&g_ignore_sharing, on); }
 
 int kv_inplace_default(void) {
-    const char *e = getenv("CELER_KV_INPLACE_WRITE");
-    return !(e && strcmp(e, "0") == 0);
+    return setting_flag(SET_CELER_KV_INPLACE_WRITE);
 }
 
 /* ---- buffers ------------------------------------------------------------------ */

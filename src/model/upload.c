@@ -5,16 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/settings.h"
 #include "base/err.h"
 #include "model/model.h"
 
 typedef int (*weight_fn)(model *m, weight *w, int in_major, void *ctx);
 
-/* $name=0 turns a default-on device optimization off (A/B runs). */
-static int getenv_off(const char *name) {
-    const char *e = getenv(name);
-    return e && strcmp(e, "0") == 0;
-}
 typedef int (*vec_fn)(model *m, float **v, int64_t n, void *ctx);
 
 /* Every bound weight once (the tied head is the embedding, visited once). */
@@ -100,7 +96,7 @@ static int up_vec(model *m, float **v, int64_t n, void *ctx) {
  * width): one product per decode step instead of three and two. */
 static int fuse_layers(model *m) {
     backend *b = m->be;
-    if (!b->ops->upload_fused || getenv_off("CELER_FUSE")) return 0;
+    if (!b->ops->upload_fused || !setting_flag(SET_CELER_FUSE)) return 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         layer_weights *w = &m->lw[l];
         weight *qkv[3] = {&w->wq, &w->wk, &w->wv}, *gu[2] = {&w->gate, &w->up};

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/settings.h"
 #include "celer.h"
 #include "harness.h"
 
@@ -20,7 +21,7 @@ typedef struct {
 } result;
 
 static int gen(const char *dir, int device_sampling, const celer_sampler_params *sp, int32_t stop, result *r) {
-    setenv("CELER_DEVICE_SAMPLE", device_sampling ? "1" : "0", 1);
+    setting_override(SET_CELER_DEVICE_SAMPLE, device_sampling ? "1" : "0");
     celer_model *m = celer_model_open_on(dir, 2, "cuda");
     if (!m) return -1;
     celer_model_info in;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/settings.h"
 #include "celer.h"
 #include "fixture_util.h"
 #include "harness.h"
@@ -20,7 +21,7 @@ enum { PROMPT = 20, STEPS = 600, REWIND_AT = 300, REWIND = 40 };
 
 /* Logits of the prompt's last row and of every step into out [1 + STEPS, V]. */
 static int run(const char *dir, const char *device, int graphs, const int32_t *tok, float *out, int V) {
-    setenv("CELER_GRAPH", graphs ? "1" : "0", 1);
+    setting_override(SET_CELER_GRAPH, graphs ? "1" : "0");
     celer_model *m = celer_model_open_on(dir, 2, device);
     if (!m) return -1;
     celer_session *s = celer_session_new(m, 1024, 32);

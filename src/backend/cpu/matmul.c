@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/settings.h"
 #include "backend/cpu/cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -31,8 +32,7 @@ static int cpu_probe_avx2(void) { return 0; }
 int cpu_has_avx2(void) {
     static int v = -1; /* a benign race: every thread computes the same value */
     if (v < 0) {
-        const char *e = getenv("CELER_NO_SIMD");
-        v = !(e && *e && strcmp(e, "0") != 0) && cpu_probe_avx2();
+        v = !setting_flag(SET_CELER_NO_SIMD) && cpu_probe_avx2();
     }
     return v;
 }

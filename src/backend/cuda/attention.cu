@@ -288,7 +288,7 @@ extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const a
     /* Prefill takes the tiled kernel, except wide heads over at most 1024 keys, where
      * the per-query kernel measured faster (gemma3-4b pp512: 17.6k vs 16.4k tok/s);
      * CUK_ATTN_PER_QUERY=1 forces the per-query kernel for A/B runs. */
-    if (T > CUK_MV_MAX_T && !n_dev && !(p->head_dim > 128 && kv->n <= 1024) && !getenv("CUK_ATTN_PER_QUERY")) {
+    if (T > CUK_MV_MAX_T && !n_dev && !(p->head_dim > 128 && kv->n <= 1024) && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
         switch (p->head_dim) {
         case 32: return attn_prefill<32>(q, qpos, T, kv, p, out, s);
         case 64: return attn_prefill<64>(q, qpos, T, kv, p, out, s);

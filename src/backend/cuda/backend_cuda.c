@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/settings.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "base/err.h"
@@ -450,8 +451,7 @@ static double bandwidth(backend *b) {
 static void destroy(backend *b) {
     cuda_backend *c = cu(b);
     if (c) {
-        const char *st = getenv("CELER_STATS");
-        if (st && strcmp(st, "1") == 0 && c->n_forwards > 0)
+        if (setting_flag(SET_CELER_STATS) && c->n_forwards > 0)
             fprintf(stderr, "cuda: %ld forwards (%ld step graph launches, %ld captures); per forward: %.0f kernel calls "
                             "enqueued one by one, %.1f uploads, %.2f waits, %.3f ms on the host from the last result to "
                             "the end of enqueueing, %.3f ms waiting for results\n",
@@ -558,8 +558,7 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols) {
         destroy(b);
         return NULL;
     }
-    const char *prof = getenv("CELER_PROFILE");
-    c->profile = prof && strcmp(prof, "1") == 0 && cudaEventCreate(&c->prof_ev[0]) == cudaSuccess &&
+    c->profile = setting_flag(SET_CELER_PROFILE) && cudaEventCreate(&c->prof_ev[0]) == cudaSuccess &&
                  cudaEventCreate(&c->prof_ev[1]) == cudaSuccess;
     /* sampled tokens: written by the sampler kernel into mapped host memory */
     int ok = cudaHostAlloc((void **)&c->sampled, SAMPLE_SLOTS * sizeof(int32_t), cudaHostAllocMapped) == cudaSuccess &&

@@ -9,14 +9,12 @@
 
 extern "C" {
 #include "base/err.h"
+#include "base/settings.h"
 }
 
-/* An A/B switch read once: 1 when $name starts with '1' (cache starts at -1). */
-static inline int cuk_env_flag(const char *name, int *cache) {
-    if (*cache < 0) {
-        const char *e = getenv(name);
-        *cache = e && e[0] == '1';
-    }
+/* An A/B switch (base/settings.h) read once (cache starts at -1). */
+static inline int cuk_env_flag(setting_id id, int *cache) {
+    if (*cache < 0) *cache = setting_flag(id);
     return *cache;
 }
 
@@ -49,8 +47,7 @@ extern thread_local int cuk_pdl_step;
 static inline int cuk_pdl_enabled() {
     static int on = -1;
     if (on < 0) {
-        const char *e = getenv("CELER_PDL");
-        on = !(e && e[0] == '0');
+        on = setting_flag(SET_CELER_PDL);
     }
     return on && cuk_pdl_step;
 }

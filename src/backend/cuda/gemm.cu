@@ -36,7 +36,7 @@ __global__ void kernel_split_bf16(const float *src, uint16_t *hi, uint16_t *lo, 
 
 static int single_product(void) {
     static int v = -1;
-    return cuk_env_flag("CUK_GEMM_BF16X1", &v);
+    return cuk_env_flag(SET_CUK_GEMM_BF16X1, &v);
 }
 
 extern "C" size_t cuk_gemm_xbf_elems(int T, int64_t cols) { return 2 * (size_t)T * (size_t)cols; }

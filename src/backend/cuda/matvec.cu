@@ -562,7 +562,7 @@ static int x1_forced(void) {
     static int v = -2;
     if (v == -2) {
         static const char *const names[X1_NCFG] = {"r2u4", "r4u2", "r8u1"};
-        const char *e = getenv("CUK_MV_X1CFG");
+        const char *e = setting_str(SET_CUK_MV_X1CFG);
         v = -1;
         for (int i = 0; e && i < X1_NCFG; i++)
             if (!strcmp(e, names[i])) v = i;
@@ -600,8 +600,7 @@ static bool launch_x1_st(const weight *w, const float *x, float *y, cudaStream_t
 static int x1_off(void) {
     static int v = -1;
     if (v < 0) {
-        const char *e = getenv("CUK_MV_X1");
-        v = e && e[0] == '0';
+        v = !setting_flag(SET_CUK_MV_X1);
     }
     return v;
 }
@@ -609,7 +608,7 @@ static int x1_off(void) {
 /* CUK_MV_INT8=1 selects the int8-activation (dp4a) kernels for quantized weights. */
 static int int8_activations(void) {
     static int v = -1;
-    return cuk_env_flag("CUK_MV_INT8", &v);
+    return cuk_env_flag(SET_CUK_MV_INT8, &v);
 }
 
 extern "C" size_t cuk_matvec_work(int T, int64_t cols) {
@@ -619,10 +618,7 @@ extern "C" size_t cuk_matvec_work(int T, int64_t cols) {
 
 static int rows_per_warp(int T) {
     static int env = -1;
-    if (env < 0) {
-        const char *e = getenv("CUK_MV_ROWS");
-        env = e ? atoi(e) : 0;
-    }
+    if (env < 0) env = (int)setting_int(SET_CUK_MV_ROWS);
     if (env == 1 || env == 2 || env == 4) return env;
     return T == 1 ? 1 : 2; /* measured on the H200: docs/benchmarks/cuda-kernels.md */
 }

@@ -587,7 +587,7 @@ extern "C" int cuk_sample(const float *logits, int V, const cuk_sample_params *p
     const bool sampling = p->temperature > 0.0f;
     if (sampling && !u) return err_set("cuda sample: temperature %g needs a draw", p->temperature);
     static int oneblock = -1;  /* A/B: the single-block kernel for every vocabulary */
-    const bool one = V <= SMP_ONEBLOCK_MAX_V || cuk_env_flag("CUK_SAMPLE_ONEBLOCK", &oneblock);
+    const bool one = V <= SMP_ONEBLOCK_MAX_V || cuk_env_flag(SET_CUK_SAMPLE_ONEBLOCK, &oneblock);
     /* the contract does not depend on the A/B switch */
     if ((V > SMP_ONEBLOCK_MAX_V || (sampling && V > SMP_THREADS)) && (!work || ((uintptr_t)work & 7u)))
         return err_set("cuda sample: work buffer missing or misaligned");

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/settings.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "base/err.h"
@@ -236,10 +237,8 @@ static step_op op_new(int kind) {
 
 int cuda_step_begin(backend *b, int T) {
     cuda_backend *c = cu(b);
-    if (c->graphs_off < 0) { /* first call: CELER_GRAPH=0 turns graphs off for A/B runs */
-        const char *e = getenv("CELER_GRAPH");
-        c->graphs_off = e && strcmp(e, "0") == 0;
-    }
+    if (c->graphs_off < 0) /* first call: CELER_GRAPH=0 turns graphs off for A/B runs */
+        c->graphs_off = !setting_flag(SET_CELER_GRAPH);
     if (c->graphs_off || c->profile || c->failed || T > CUK_MV_MAX_T || !c->dvalues) return 0;
     c->recording = 1;
     c->n_tape = 0;
@@ -279,8 +278,7 @@ static step_graph *capture(cuda_backend *c) {
     if (e == cudaSuccess && !c->failed) e = cudaGraphInstantiate(&g->exec, graph, 0);
     if (graph) cudaGraphDestroy(graph);
     if (e != cudaSuccess || c->failed || !g->exec) {
-        const char *st = getenv("CELER_STATS");
-        if (st && strcmp(st, "1") == 0)
+        if (setting_flag(SET_CELER_STATS))
             fprintf(stderr, "cuda: step graphs off: capture failed (%s)\n", c->failed ? c->why : cudaGetErrorString(e));
         cudaGetLastError();
         c->failed = 0;

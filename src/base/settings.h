@@ -1,0 +1,67 @@
+/* base/settings.h: every environment variable celer reads, declared once (name, type,
+ * default, meaning) and read from the environment once per process. The rest of the
+ * code asks this table (no getenv elsewhere); `celer --help-env` prints it and
+ * docs/settings.md documents it. Tests and A/B drivers change a value in-process with
+ * setting_override, never with setenv. */
+#ifndef CELER_SETTINGS_H
+#define CELER_SETTINGS_H
+
+/* X(id, type, default, meaning). type: FLAG (0/1, also false/true, off/on, no/yes),
+ * INT, STR. A NULL default means "unset". */
+#define CELER_SETTINGS(X)                                                                                             \
+    X(CELER_DEVICE, STR, "auto", "backend when --device is absent: cpu, cuda, cuda:N or auto")                      \
+    X(CELER_CUDA_LIB, STR, NULL, "path of libceler-cuda.so (default: beside the celer binary, then the loader path)") \
+    X(CELER_DEFAULT_MODEL, STR, NULL, "model directory used when -m is absent (default: the embedded models/default)") \
+    X(CELER_STATS, FLAG, "0", "print KV-cache and device counters to stderr when a session or backend ends")        \
+    X(CELER_KV_INPLACE_WRITE, FLAG, "1", "0: every KV row write takes the copying path (A/B runs; same results)")   \
+    X(CELER_NO_SIMD, FLAG, "0", "1: CPU kernels use the portable C code instead of AVX2+FMA")                       \
+    X(CELER_DEVICE_SAMPLE, FLAG, "1", "0: a GPU session samples on the host and runs the unpipelined loop")         \
+    X(CELER_FUSE, FLAG, "1", "0: q/k/v and gate/up weights are uploaded separately instead of fused")              \
+    X(CELER_GRAPH, FLAG, "1", "0: GPU decode steps run op by op instead of as captured CUDA graphs")               \
+    X(CELER_PDL, FLAG, "1", "0: GPU kernels launch without programmatic dependent launch")                         \
+    X(CELER_PROFILE, FLAG, "0", "1: time every GPU op and print per-op-kind totals at exit (slows decode)")         \
+    X(CUK_MV_X1, FLAG, "1", "0: GPU T=1 affine products use the general kernel (A/B runs)")                        \
+    X(CUK_MV_X1CFG, STR, NULL, "r2u4, r4u2 or r8u1: force one T=1 affine kernel configuration (A/B runs)")          \
+    X(CUK_MV_ROWS, INT, "0", "1, 2 or 4: rows per warp of the GPU matvec kernels (0: measured default)")            \
+    X(CUK_MV_INT8, FLAG, "0", "1: GPU quantized products round activations to int8 (dp4a kernels)")                \
+    X(CUK_GEMM_BF16X1, FLAG, "0", "1: GPU bf16 GEMMs use one bf16 term instead of two (faster, less exact)")       \
+    X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \
+    X(CUK_ATTN_PER_QUERY, FLAG, "0", "1: GPU prefill attention uses the per-query kernel instead of tiles")         \
+    X(HOME, STR, NULL, "where `celer run` keeps its history (~/.celer_history)")                                   \
+    X(LLAMA_ARG_MODEL, STR, NULL, "serve: --model when the flag is absent (llama-server's name)")                  \
+    X(LLAMA_ARG_ALIAS, STR, NULL, "serve: --alias")                                                                \
+    X(LLAMA_ARG_HOST, STR, NULL, "serve: --host")                                                                  \
+    X(LLAMA_ARG_PORT, STR, NULL, "serve: --port")                                                                  \
+    X(LLAMA_ARG_CTX_SIZE, STR, NULL, "serve: --ctx-size")                                                          \
+    X(LLAMA_ARG_N_PARALLEL, STR, NULL, "serve: --parallel")                                                        \
+    X(LLAMA_ARG_N_PREDICT, STR, NULL, "serve: --n-predict")                                                        \
+    X(LLAMA_ARG_THREADS, STR, NULL, "serve: --threads")                                                            \
+    X(LLAMA_ARG_BATCH, STR, NULL, "serve: --batch-size")                                                           \
+    X(LLAMA_API_KEY, STR, NULL, "serve: --api-key")                                                                \
+    X(LLAMA_ARG_ENDPOINT_METRICS, STR, NULL, "serve: --metrics (1/true/on/enabled)")                               \
+    X(LLAMA_ARG_NO_CACHE_PROMPT, STR, NULL, "serve: --no-cache-prompt (1/true/on/enabled)")                        \
+    X(LLAMA_ARG_CACHE_PROMPT, STR, NULL, "serve: 0/false turns the prompt cache off (the positive spelling)")      \
+    X(LLAMA_ARG_CACHE_RAM, STR, NULL, "serve: --cache-ram")                                                        \
+    X(LLAMA_ARG_TIMEOUT, STR, NULL, "serve: --timeout")
+
+typedef enum {
+#define SETTING_ENUM(id, type, def, meaning) SET_##id,
+    CELER_SETTINGS(SETTING_ENUM)
+#undef SETTING_ENUM
+        SET_COUNT
+} setting_id;
+
+/* The value in force (override, else environment, else default); NULL when unset.
+ * An empty environment value counts as unset. */
+const char *setting_str(setting_id id);
+/* A FLAG's value: 1 or 0 (an unparsable value warns once on stderr and counts as
+ * the default). */
+int setting_flag(setting_id id);
+/* An INT's value (an unparsable value warns once and counts as the default). */
+long setting_int(setting_id id);
+/* The id of a setting by its variable name, or -1. */
+int setting_find(const char *name);
+/* Replaces a value for this process (NULL: back to environment/default). For tests
+ * and A/B drivers; not thread-safe against concurrent readers of the same id. */
+void setting_override(setting_id id, const char *value);
+#endif
