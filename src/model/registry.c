@@ -7,14 +7,16 @@
 #include "model/registry.h"
 
 /* One line per family, in the order the loader tries them: X(f) names the
- * family_desc `family_f` that the family's description file defines. */
+ * family_desc `family_f` that the family's description file defines. A new family
+ * adds its line above the last one (which ends the list). */
 #define FAMILIES(X) \
     X(llama)        \
     X(qwen3)        \
     X(gemma3)       \
     X(gemma4)       \
     X(gpt_oss)      \
-    X(exaone4)
+    X(exaone4)      \
+    /* end of the list */
 
 #define DECLARE(f) extern const family_desc family_##f;
 FAMILIES(DECLARE)
