@@ -95,7 +95,8 @@ void celer_model_weights_info(const celer_model *m, celer_weights_info *out);
  * the 4-byte position of each row is not counted), by cache kind as sessions choose
  * it: a layer whose sliding window is shorter than the context gets a rotating cache
  * that holds its last `window` rows (up to window - 1 + T while a prompt chunk of T
- * tokens goes in); every other layer a dense one that holds every position. */
+ * tokens goes in); a layer that reads another layer's cache (Gemma 4 KV sharing)
+ * holds none; every other layer a dense one that holds every position. */
 typedef struct {
     int ctx;                        /* the context it describes */
     int dense_layers, rotating_layers;
@@ -107,8 +108,17 @@ typedef struct {
     uint64_t rotating_bytes;        /* the rotating layers at ctx tokens: window rows each */
 } celer_kv_info;
 
-/* Fills out for a context of ctx tokens (<= 0: the model's max context). Never fails. */
+/* Fills out for a context of ctx tokens (<= 0: the model's max context); its
+ * dense_bytes + rotating_bytes is celer_model_kv_bytes(m, ctx). Never fails. */
 void celer_model_kv_info(const celer_model *m, int ctx, celer_kv_info *out);
+
+/* Bytes of keys and values (float32) the caches of a session of m hold with n_tokens
+ * tokens in its context: shared layers hold none, sliding-window layers at most their
+ * window, the others every token. It is what celer_session_kv_stats reports as
+ * held_bytes after single-token steps (a prompt chunk of T tokens briefly adds up to
+ * T - 1 rows to each rotating cache), and the one figure `celer inspect`, `celer
+ * bench` and the server's /metrics report. 0 for n_tokens <= 0. Never fails. */
+uint64_t celer_model_kv_bytes(const celer_model *m, int n_tokens);
 
 /* A session with room for ctx_size tokens of context (<= 0: the model's limit)
  * that feeds at most max_batch tokens per forward (longer inputs are split). */
@@ -206,9 +216,11 @@ typedef struct {
     uint64_t copied_bytes;    /* bytes of cached rows copied or moved (never the new rows) */
     uint64_t cow_copies;      /* buffer copies (shared buffers, or the copying path) */
     uint64_t allocs;          /* cache buffers created plus memory commit steps */
+    uint64_t held_bytes;      /* keys and values of the rows its caches hold now (float32) */
 } celer_kv_stats;
 
-/* What this session's cache writes have done since it was created. */
+/* What this session's cache writes have done since it was created, and what its
+ * caches hold now. */
 void celer_session_kv_stats(const celer_session *s, celer_kv_stats *out);
 
 /* The session's state now (caches, tokens, last logits), sharing its buffers.
@@ -280,8 +292,6 @@ double celer_model_bandwidth(const celer_model *m);
  * (2 x the parameters a token uses: routed experts only; attention scores and the
  * LM head excluded). */
 double celer_model_layer_flops_per_token(const celer_model *m);
-/* Bytes of KV cache one token of context adds (all layers, keys and values). */
-uint64_t celer_model_kv_bytes_per_token(const celer_model *m);
 
 #include "celer_tokenizer.h"
 

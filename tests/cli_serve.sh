@@ -5,7 +5,8 @@
 # sockets. Every wait is bounded. Cases: flags and LLAMA_ARG_* variables, the openai
 # client against models/default (chat, completions, streaming, logprobs, n, stop, 16
 # concurrent greedy streams = alone), bad input, a full queue, the second-turn prompt
-# cache on the gemma3 and gpt_oss fixtures, a disconnect mid-stream, SIGTERM draining.
+# cache on the gemma3 and gpt_oss fixtures, a disconnect mid-stream, /metrics KV bytes
+# equal to celer inspect's (gemma4_moe, llama), SIGTERM draining.
 set -u
 C=${CELER_BIN:-build/celer}
 B=$(dirname "$C")
@@ -120,6 +121,15 @@ for fx in gemma3 gpt_oss; do
     echo "# $fx"
     node_case cache.mjs "$PORT"
     stop "$PID" || bad "$fx server exit"
+  fi
+done
+
+# ---- /metrics KV bytes = celer inspect's figure (shared and sliding layers; dense) ----
+for fx in gemma4_moe llama; do
+  if start "kv-$fx" -m "tests/fixtures/models/$fx" --tokenizer tests/server/tok512 -np 1 --metrics; then
+    echo "# kv $fx"
+    node_case kv.mjs "$PORT" "$C" "tests/fixtures/models/$fx"
+    stop "$PID" || bad "kv-$fx server exit"
   fi
 done
 

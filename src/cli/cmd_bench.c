@@ -68,6 +68,14 @@ out:
     return dt;
 }
 
+/* The mean KV bytes a tg test's forwards read: forward i (the prompt token, then each
+ * generated token fed back) attends over the depth + i + 1 tokens its caches hold. */
+static double mean_kv_bytes(const celer_model *m, long depth, int n_gen) {
+    double sum = 0;
+    for (int i = 0; i < n_gen; i++) sum += (double)celer_model_kv_bytes(m, (int)depth + i + 1);
+    return n_gen > 0 ? sum / n_gen : 0;
+}
+
 static void stats(bench_test *t, int reps) {
     double sum = 0, sq = 0;
     for (int i = 0; i < reps; i++) sum += t->ts[i];
@@ -147,7 +155,6 @@ int cmd_bench(int argc, char **argv) {
         model_label(&in, label, sizeof label);
         double gib = (double)in.weight_bytes / (1024.0 * 1024 * 1024);
         double flops = celer_model_layer_flops_per_token(m);
-        double kvb = (double)celer_model_kv_bytes_per_token(m);
         if (strcmp(fmt, "md") == 0) {
             printf("| model                          |       size |     params | backend    | threads |            test |                  t/s |\n");
             printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |\n");
@@ -161,7 +168,7 @@ int cmd_bench(int argc, char **argv) {
             for (int t = 0; t < nt; t++) {
                 const bench_test *bt = &tests[t];
                 if (bt->n_gen) {
-                    double bytes = (double)in.weight_bytes + kvb * ((double)depth + bt->n_gen / 2.0);
+                    double bytes = (double)in.weight_bytes + mean_kv_bytes(m, depth, bt->n_gen);
                     double gbs = bytes * bt->mean / 1e9;
                     printf("%s: %.3f GB read per token (weights + mean KV) -> %.1f GB/s = %.0f%% of the %s bandwidth\n",
                            bt->name, bytes / 1e9, gbs, 100 * gbs / bw, gpu ? "copy" : "read");
@@ -174,7 +181,7 @@ int cmd_bench(int argc, char **argv) {
             printf("[\n");
             for (int t = 0; t < nt; t++) {
                 const bench_test *bt = &tests[t];
-                double bytes = (double)in.weight_bytes + (bt->n_gen ? kvb * ((double)depth + bt->n_gen / 2.0) : 0);
+                double bytes = (double)in.weight_bytes + mean_kv_bytes(m, depth, bt->n_gen);
                 printf("  {\"model\": \"%s\", \"model_type\": \"%s\", \"format\": \"%s\", \"size_bytes\": %llu, "
                        "\"n_params\": %lld, \"backend\": \"%s\", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, "
                        "\"n_gen\": %d, \"n_depth\": %ld, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",

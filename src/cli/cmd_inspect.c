@@ -173,7 +173,7 @@ int cmd_inspect(int argc, char **argv) {
     if (kv.rotating_layers) printf(" (until the window of %d fills)", kv.window);
     if (kv.shared_layers) printf(", %d layers reading another's cache", kv.shared_layers);
     printf("\n");
-    uint64_t kv_total = kv.dense_bytes + kv.rotating_bytes;
+    uint64_t kv_total = celer_model_kv_bytes(m, kv.ctx); /* = dense + rotating */
     char key[32];
     snprintf(key, sizeof key, "kv at %d:", kv.ctx);
     printf("%-15s %" PRIu64 " bytes (%s): dense %" PRIu64 ", rotating %" PRIu64 "\n", key, kv_total,

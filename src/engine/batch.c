@@ -13,15 +13,6 @@
 #include "celer.h"
 #include "engine/engine.h"
 
-/* Prepares every cache of session s for T rows (as session eval does), so that the
- * forward cannot fail half-way on memory. */
-static int prepare(celer_session *s, int T) {
-    const model *m = s->cm->m;
-    for (int l = 0; l < m->cfg.n_layers; l++)
-        if (m->plan[l].kv_source < 0 && kv_prepare(s->caches[l], s->pos, T) != 0) return err_prefix("layer %d", l);
-    return 0;
-}
-
 /* One forward over sessions [0, n) whose tokens total at most the scratch's rows. */
 static int run_group(celer_session *const *ss, const int32_t *const *tok, const int *nt, const unsigned char *want,
                      int n, model_scratch *scr, fwd_seq *seqs, int32_t *flat) {
@@ -29,7 +20,7 @@ static int run_group(celer_session *const *ss, const int32_t *const *tok, const 
     const int V = m->cfg.vocab;
     int r = 0;
     for (int i = 0; i < n; i++) {
-        if (prepare(ss[i], nt[i]) != 0) return err_prefix("batch: session %d", i);
+        if (engine_prepare_caches(ss[i], nt[i]) != 0) return err_prefix("batch: session %d", i);
         seqs[i] = (fwd_seq){ss[i]->caches, nt[i], ss[i]->pos, !want || want[i]};
         memcpy(flat + r, tok[i], (size_t)nt[i] * sizeof *flat);
         r += nt[i];
@@ -58,10 +49,7 @@ int celer_batch_eval(celer_session *const *sessions, const int32_t *const *token
         if (s->pos + n_tokens[i] > s->ctx)
             return err_set("batch: session %d: context full: %d cached + %d new tokens exceed the context size %d",
                            i, s->pos, n_tokens[i], s->ctx);
-        for (int t = 0; t < n_tokens[i]; t++)
-            if (tokens[i][t] < 0 || tokens[i][t] >= cm->m->cfg.vocab)
-                return err_set("batch: session %d: token id %d is out of range (vocab size %d)", i, tokens[i][t],
-                               cm->m->cfg.vocab);
+        if (engine_check_tokens(cm->m, tokens[i], n_tokens[i]) != 0) return err_prefix("batch: session %d", i);
     }
     model_scratch *scr = sessions[0]->scratch;
     int *start = mem_alloc((size_t)n * sizeof *start, "batch");

@@ -19,10 +19,3 @@ double celer_model_layer_flops_per_token(const celer_model *cm) {
     }
     return 2.0 * (double)(m->n_params - head - idle);
 }
-
-uint64_t celer_model_kv_bytes_per_token(const celer_model *cm) {
-    const model *m = cm->m;
-    uint64_t b = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) b += 2ull * (uint64_t)m->plan[l].n_kv * (uint64_t)m->plan[l].head_dim * sizeof(float);
-    return b;
-}

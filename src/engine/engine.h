@@ -36,9 +36,19 @@ struct celer_snapshot {
     float *logits;            /* [vocab] logits after the last token, or NULL */
 };
 
-/* The cache kind a layer gets: rotating when it attends to a window shorter than
- * the context. */
+/* A cache of the given kind for layer `layer` of m (its window, its device) for a
+ * session of ctx tokens taking max_T rows per write; NULL with a message. */
+kv_cache *engine_cache_new(const model *m, int layer, kv_kind kind, int ctx, int max_T);
+/* The cache a session gives the layer: the kind the registry's rule names
+ * (registry_layer_cache: rotating when its window is shorter than the context). */
 kv_cache *engine_layer_cache(const model *m, int layer, int ctx, int max_T);
+/* Makes every own cache of s (not the layers that read another's) ready for T new
+ * rows at s->pos, so that the forward after it cannot fail half-way on memory. -1
+ * with a message naming the layer; the caches hold what they held. */
+int engine_prepare_caches(celer_session *s, int T);
+/* -1 with a message naming the first id of tok [n] outside m's vocabulary and its
+ * index; 0 when every id is in range. */
+int engine_check_tokens(const model *m, const int32_t *tok, int n);
 /* Bytes a snapshot keeps alive (the rows its views hold, tokens, logits). */
 size_t engine_snapshot_bytes(const celer_snapshot *snap);
 /* A snapshot of n layers for cm with empty caches of the right kinds (file loading). */

@@ -1,38 +1,29 @@
 /* engine/model_info.c: what a model is and what it will need, for reports (celer arch,
- * celer inspect): the families the loader reads, the bytes of the checkpoint's
- * tensors by stored dtype, and the KV cache bytes of a session of a given context,
- * per cache kind. Reads the layer plan and the checkpoint; runs nothing. The cache
- * kinds follow engine_layer_cache exactly (rotating when a layer's window is shorter
- * than the context). */
+ * celer inspect, celer bench, the server's /metrics): the families the loader reads,
+ * the bytes of the checkpoint's tensors by stored dtype, and the KV cache bytes of a
+ * session of a given context, per cache kind. Reads the layer plan and the
+ * checkpoint; runs nothing. Families and cache figures come from the registry
+ * (model/registry.h), the same rules sessions build their caches by. */
+#include <pthread.h>
 #include <string.h>
 
 #include "celer.h"
 #include "engine/engine.h"
+#include "model/registry.h"
 
-/* The loader's families (model/model.c tries them in this order) and the names their
- * publishers use. tests/cli_inspect.sh checks this list against the loader's own. */
-static const struct {
-    const family_desc *fam;
-    const char *title;
-} known[] = {
-    {&family_llama, "Llama"},     {&family_qwen3, "Qwen3"},     {&family_gemma3, "Gemma 3"},
-    {&family_gemma4, "Gemma 4"},  {&family_gpt_oss, "gpt-oss"}, {&family_exaone4, "EXAONE 4"},
-};
-#define N_KNOWN ((int)(sizeof known / sizeof known[0]))
+static celer_family family_list[REGISTRY_MAX];
+static int family_count;
+static pthread_once_t family_once = PTHREAD_ONCE_INIT;
+
+static void fill_families(void) {
+    const family_desc *const *f = registry_families(&family_count);
+    for (int i = 0; i < family_count; i++) family_list[i] = (celer_family){f[i]->name, f[i]->title, f[i]->model_types};
+}
 
 const celer_family *celer_families(int *n) {
-    static celer_family list[N_KNOWN];
-    static int ready;  /* every caller writes the same values: a benign first fill */
-    if (!ready) {
-        for (int i = 0; i < N_KNOWN; i++) {
-            list[i].name = known[i].fam->name;
-            list[i].title = known[i].title;
-            list[i].model_types = known[i].fam->model_types;
-        }
-        ready = 1;
-    }
-    *n = N_KNOWN;
-    return list;
+    pthread_once(&family_once, fill_families);
+    *n = family_count;
+    return family_list;
 }
 
 void celer_model_weights_info(const celer_model *cm, celer_weights_info *out) {
@@ -69,21 +60,21 @@ void celer_model_kv_info(const celer_model *cm, int ctx, celer_kv_info *out) {
     memset(out, 0, sizeof *out);
     out->ctx = ctx;
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        const layer_plan *p = &m->plan[l];
-        if (p->kv_source >= 0) {  /* reads another layer's cache */
+        registry_layer_kv c = registry_layer_cache(m, l, ctx);
+        uint64_t held = (uint64_t)registry_layer_rows(m, l, ctx) * c.row_bytes;
+        if (c.shared) {
             out->shared_layers++;
-            continue;
-        }
-        uint64_t row = 2 * (uint64_t)p->n_kv * (uint64_t)p->head_dim * sizeof(float);  /* K and V */
-        if (p->window > 0 && p->window < ctx) {
+        } else if (c.kind == KV_ROTATING) {
             out->rotating_layers++;
-            out->rotating_token_bytes += row;
-            out->rotating_bytes += row * (uint64_t)p->window;
-            if (p->window > out->window) out->window = p->window;
+            out->rotating_token_bytes += c.row_bytes;
+            out->rotating_bytes += held;
+            if (c.window > out->window) out->window = c.window;
         } else {
             out->dense_layers++;
-            out->dense_token_bytes += row;
-            out->dense_bytes += row * (uint64_t)ctx;
+            out->dense_token_bytes += c.row_bytes;
+            out->dense_bytes += held;
         }
     }
 }
+
+uint64_t celer_model_kv_bytes(const celer_model *cm, int n_tokens) { return registry_kv_bytes(cm->m, n_tokens); }

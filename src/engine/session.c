@@ -4,7 +4,8 @@
  * eval splits long inputs into batches and prepares every cache before a forward
  * so that a failed allocation leaves the session as it was. A layer that reads
  * another layer's cache (plan kv_source >= 0, Gemma 4 KV sharing) keeps an empty
- * cache of its own that is never written. */
+ * cache of its own that is never written. Which kind each layer's cache is comes from
+ * the registry (model/registry.h), the rule celer inspect reports. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "base/mem.h"
 #include "celer.h"
 #include "engine/engine.h"
+#include "model/registry.h"
 
 const char *celer_last_error(void) { return err_msg(); }
 
@@ -55,12 +57,30 @@ void celer_model_get_info(const celer_model *cm, celer_model_info *info) {
     info->weight_bytes = m->weight_bytes;
 }
 
-kv_cache *engine_layer_cache(const model *m, int l, int ctx, int max_T) {
+kv_cache *engine_cache_new(const model *m, int l, kv_kind kind, int ctx, int max_T) {
     const layer_plan *p = &m->plan[l];
-    kv_cache *c = p->window > 0 && p->window < ctx ? kv_rotating_new(p->n_kv, p->head_dim, p->window, 0, ctx, max_T)
-                                                   : kv_dense_new(p->n_kv, p->head_dim, ctx, max_T);
+    kv_cache *c = kind == KV_ROTATING ? kv_rotating_new(p->n_kv, p->head_dim, p->window, 0, ctx, max_T)
+                                      : kv_dense_new(p->n_kv, p->head_dim, ctx, max_T);
     if (c && m->be->ops->on_device) c->dev = m->be;
     return c;
+}
+
+kv_cache *engine_layer_cache(const model *m, int l, int ctx, int max_T) {
+    return engine_cache_new(m, l, registry_layer_cache(m, l, ctx).kind, ctx, max_T);
+}
+
+int engine_prepare_caches(celer_session *s, int T) {
+    const model *m = s->cm->m;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (m->plan[l].kv_source < 0 && kv_prepare(s->caches[l], s->pos, T) != 0) return err_prefix("layer %d", l);
+    return 0;
+}
+
+int engine_check_tokens(const model *m, const int32_t *tok, int n) {
+    for (int i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= m->cfg.vocab)
+            return err_set("token id %d at position %d is out of range (vocab size %d)", tok[i], i, m->cfg.vocab);
+    return 0;
 }
 
 celer_session *celer_session_new(celer_model *cm, int ctx_size, int max_batch) {
@@ -94,6 +114,11 @@ void celer_session_kv_stats(const celer_session *s, celer_kv_stats *out) {
     out->copied_bytes = s->stats.copied_bytes;
     out->cow_copies = s->stats.cow_copies;
     out->allocs = s->stats.allocs;
+    out->held_bytes = 0;
+    for (int l = 0; l < s->cm->m->cfg.n_layers; l++) {
+        const kv_cache *c = s->caches[l];
+        out->held_bytes += (uint64_t)c->n * (uint64_t)c->row * 2 * sizeof(float);
+    }
 }
 
 void celer_session_free(celer_session *s) {
@@ -118,19 +143,15 @@ int celer_session_eval(celer_session *s, const int32_t *tok, int n, float *logit
     if (s->pos + n > s->ctx)
         return err_set("context full: %d cached + %d new tokens exceed the context size %d (raise --ctx-size)",
                        s->pos, n, s->ctx);
-    for (int i = 0; i < n; i++)
-        if (tok[i] < 0 || tok[i] >= V)
-            return err_set("token id %d at input position %d is out of range (vocab size %d)", tok[i], i, V);
+    if (engine_check_tokens(m, tok, n) != 0) return -1;
     for (int i = 0; i < n; i += s->scratch->max_T) {
         int T = n - i < s->scratch->max_T ? n - i : s->scratch->max_T;
         int last_chunk = i + T == n;
         int want_all = logits && all_rows;
-        for (int l = 0; l < m->cfg.n_layers; l++)
-            if (m->plan[l].kv_source < 0 && kv_prepare(s->caches[l], s->pos, T) != 0) {
-                err_prefix("layer %d", l);
-                celer_session_rewind(s, start);
-                return -1;
-            }
+        if (engine_prepare_caches(s, T) != 0) {
+            celer_session_rewind(s, start);
+            return -1;
+        }
         if (model_forward(m, s->caches, s->scratch, tok + i, T, s->pos, want_all) != 0) {
             celer_session_rewind(s, start);
             return -1;
@@ -152,8 +173,7 @@ int engine_step_device_token(celer_session *s) {
     model *m = s->cm->m;
     if (s->pos + 1 > s->ctx)
         return err_set("context full: %d cached + 1 new token exceed the context size %d (raise --ctx-size)", s->pos, s->ctx);
-    for (int l = 0; l < m->cfg.n_layers; l++)
-        if (m->plan[l].kv_source < 0 && kv_prepare(s->caches[l], s->pos, 1) != 0) return err_prefix("layer %d", l);
+    if (engine_prepare_caches(s, 1) != 0) return -1;
     if (model_forward(m, s->caches, s->scratch, NULL, 1, s->pos, 0) != 0) return -1;
     s->tokens[s->pos++] = -1; /* the caller fills it in once the token is read back */
     s->has_logits = 0;        /* they stay on the device */

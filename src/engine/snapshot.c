@@ -349,11 +349,7 @@ static celer_snapshot *read_entry(const celer_model *cm, const st_file *f, const
     const st_tensor *t = want_tensor(f, name, ST_I32, 1, shp);
     if (!t) goto fail;
     memcpy(snap->tokens, t->data, (size_t)P * sizeof(int32_t));
-    for (int i = 0; i < P; i++)
-        if (snap->tokens[i] < 0 || snap->tokens[i] >= m->cfg.vocab) {
-            err_set("entry %d: token %d at %d is out of range (vocab %d)", e, snap->tokens[i], i, m->cfg.vocab);
-            goto fail;
-        }
+    if (engine_check_tokens(m, snap->tokens, P) != 0) goto fail;
     if (json_is_true(json_object_get(eo, "logits"))) {
         snprintf(name, sizeof name, "e%d.logits", e);
         shp[0] = m->cfg.vocab;
@@ -365,10 +361,7 @@ static celer_snapshot *read_entry(const celer_model *cm, const st_file *f, const
     for (int l = 0; l < L; l++) {
         const layer_plan *p = &m->plan[l];
         int rotating = !strcmp(json_string_value(json_object_get(json_array_get(layers, (size_t)l), "kind")), "rotating");
-        snap->caches[l] = rotating ? kv_rotating_new(p->n_kv, p->head_dim, p->window, 0, ctx, max_T)
-                                   : kv_dense_new(p->n_kv, p->head_dim, ctx, max_T);
-        if (!snap->caches[l]) goto fail;
-        if (m->be->ops->on_device) snap->caches[l]->dev = m->be;
+        if (!(snap->caches[l] = engine_cache_new(m, l, rotating ? KV_ROTATING : KV_DENSE, ctx, max_T))) goto fail;
         const st_tensor *k, *v, *ps;
         int64_t sh[3] = {-1, p->n_kv, p->head_dim};
         snprintf(name, sizeof name, "e%d.l%d.k", e, l);

@@ -351,5 +351,16 @@ static int bind_gemma4_moe(model *m, int l) {
 static const char *const gemma3_types[] = {"gemma3_text", "gemma3", NULL};
 static const char *const gemma4_types[] = {"gemma4_text", "gemma4", NULL};
 
-const family_desc family_gemma3 = {"gemma3", gemma3_types, describe_gemma3, NULL};
-const family_desc family_gemma4 = {"gemma4", gemma4_types, describe_gemma4, bind_gemma4_moe};
+const family_desc family_gemma3 = {
+    .name = "gemma3",
+    .title = "Gemma 3",
+    .model_types = gemma3_types,
+    .describe = describe_gemma3,
+};
+const family_desc family_gemma4 = {
+    .name = "gemma4",
+    .title = "Gemma 4",
+    .model_types = gemma4_types,
+    .describe = describe_gemma4,
+    .bind_moe = bind_gemma4_moe,
+};

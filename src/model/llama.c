@@ -51,5 +51,15 @@ static int describe_qwen3(model *m, const json_t *j, const char *where) {
 static const char *const llama_types[] = {"llama", NULL};
 static const char *const qwen3_types[] = {"qwen3", NULL};
 
-const family_desc family_llama = {"llama", llama_types, describe_llama, NULL};
-const family_desc family_qwen3 = {"qwen3", qwen3_types, describe_qwen3, NULL};
+const family_desc family_llama = {
+    .name = "llama",
+    .title = "Llama",
+    .model_types = llama_types,
+    .describe = describe_llama,
+};
+const family_desc family_qwen3 = {
+    .name = "qwen3",
+    .title = "Qwen3",
+    .model_types = qwen3_types,
+    .describe = describe_qwen3,
+};

@@ -1,4 +1,5 @@
-/* model/model.c: opens a checkpoint, finds its family by model_type, lets the
+/* model/model.c: opens a checkpoint, finds its family by model_type (in the
+ * registry, model/registry.c), lets the
  * family describe the layer plan, and binds every weight the plan names (checking
  * shapes against the plan). Which tensors a layer has follows from its switches:
  * norm placement, q/k/v norms, KV sharing, K-equals-V, biases, sinks, dense MLP,
@@ -11,24 +12,7 @@
 #include "base/err.h"
 #include "base/json.h"
 #include "model/model.h"
-
-static const family_desc *const families[] = {&family_llama, &family_qwen3, &family_gemma3,
-                                              &family_gemma4, &family_gpt_oss, &family_exaone4};
-
-static const family_desc *find_family(const char *type) {
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-        for (const char *const *t = families[i]->model_types; *t; t++)
-            if (strcmp(*t, type) == 0) return families[i];
-    return NULL;
-}
-
-static void known_types(char *buf, size_t n) {
-    size_t k = 0;
-    buf[0] = 0;
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-        for (const char *const *t = families[i]->model_types; *t && k < n; t++)
-            k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", *t);
-}
+#include "model/registry.h"
 
 int model_bind(model *m, weight *w, const char *module, int64_t rows, int64_t cols) {
     if (weight_bind(w, m->ck, &m->quant, module, rows, cols) != 0) return -1;
@@ -195,9 +179,9 @@ model *model_open(const char *dir, int n_threads, const char *device) {
     if (jget_str(j, "model_type", NULL, &type, where)) goto fail;
     if (!type) { err_set("%s: missing required key \"model_type\"", where); goto fail; }
     snprintf(m->model_type, sizeof m->model_type, "%s", type);
-    if (!(m->fam = find_family(type))) {
-        char known[256];
-        known_types(known, sizeof known);
+    if (!(m->fam = registry_find(type))) {
+        char known[512];
+        registry_model_types(known, sizeof known);
         err_set("%s: unknown model_type \"%s\" (supported: %s)", where, type, known);
         goto fail;
     }

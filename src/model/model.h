@@ -1,6 +1,7 @@
 /* model/model.h: a loaded model: its configuration, the per-layer plan its family
  * description produced, and the weights bound to that plan. Families are
- * descriptions (model/llama.c, gemma.c, gpt_oss.c, exaone4.c); model/forward.c
+ * descriptions (model/llama.c, gemma.c, gpt_oss.c, exaone4.c) listed in the registry
+ * (model/registry.h, which also owns the KV cache rules); model/forward.c
  * executes any plan, stage by stage, from the feature switches below. */
 #ifndef CELER_MODEL_H
 #define CELER_MODEL_H
@@ -122,9 +123,12 @@ typedef struct {
 
 typedef struct model model;
 
+/* A family: one of these in its description file, named on one line of the registry
+ * (model/registry.c). */
 typedef struct {
     const char *name;                 /* "llama" */
-    const char *const *model_types;   /* config.json model_type values it reads */
+    const char *title;                /* the name its publisher uses: "Llama", "Gemma 3" */
+    const char *const *model_types;   /* config.json model_type values it reads, NULL-terminated */
     /* Reads family-specific keys and fills cfg, the plan and rope specs. */
     int (*describe)(model *m, const json_t *config, const char *where);
     /* Binds layer l's MoE weights (lw[l].moe and its norms) by the family's names;
@@ -249,7 +253,4 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
 /* Weight binding helpers for family code and model.c: "<prefix><name>" tensors. */
 int model_bind(model *m, weight *w, const char *module, int64_t rows, int64_t cols);
 int model_vec(model *m, float **out, const char *name, int64_t n);
-
-/* Families known to the loader. */
-extern const family_desc family_llama, family_qwen3, family_gemma3, family_gemma4, family_gpt_oss, family_exaone4;
 #endif

@@ -140,7 +140,9 @@ char *srv_metrics_render(srv_metrics *m, const srv_sched_stats *st) {
     put(&b, "celer_queue_depth", "gauge", "requests waiting for a slot", NULL, st ? st->queued : 0);
     put(&b, "celer_slots_busy", "gauge", "slots serving a request", NULL, st ? st->busy : 0);
     put(&b, "celer_slots_total", "gauge", "slots (--parallel)", NULL, st ? st->slots : 0);
-    put(&b, "celer_kv_bytes_in_use", "gauge", "KV cache bytes of the tokens the busy slots hold", NULL,
+    put(&b, "celer_kv_tokens_in_use", "gauge", "tokens the busy slots hold", NULL, st ? (double)st->kv_tokens : 0);
+    put(&b, "celer_kv_bytes_in_use", "gauge",
+        "KV cache bytes of the tokens the busy slots hold (per slot what celer inspect -c TOKENS reports)", NULL,
         st ? (double)st->kv_bytes : 0);
     put(&b, "celer_prompt_cache_bytes", "gauge", "bytes the prompt cache accounts for", NULL,
         st ? (double)st->cache_bytes : 0);

@@ -48,7 +48,6 @@ struct srv_sched {
     srv_config cfg;
     srv_metrics *met;
     celer_model_info info;
-    uint64_t kv_per_tok;
     celer_prompt_cache *pc;
     slot *slots;              /* [n_slots] */
     int n_slots;
@@ -340,7 +339,9 @@ static void update_stats(srv_sched *S) {
     for (int i = 0; i < S->n_slots; i++)
         if (S->slots[i].state != SLOT_FREE) {
             st.busy++;
-            st.kv_bytes += (uint64_t)celer_session_pos(S->slots[i].s) * S->kv_per_tok;
+            int pos = celer_session_pos(S->slots[i].s);
+            st.kv_tokens += (uint64_t)pos;
+            st.kv_bytes += celer_model_kv_bytes(S->m, pos);
         }
     if (S->pc) {
         st.cache_bytes = celer_prompt_cache_bytes(S->pc);
@@ -489,7 +490,6 @@ srv_sched *srv_sched_new(celer_model *m, const celer_tokenizer *tok, const srv_c
     S->cfg = *cfg;
     S->met = met;
     celer_model_get_info(m, &S->info);
-    S->kv_per_tok = celer_model_kv_bytes_per_token(m);
     S->n_slots = cfg->n_parallel;
     S->q_cap = cfg->queue_size > 0 ? cfg->queue_size : 1;
     S->slots = calloc((size_t)S->n_slots, sizeof *S->slots);

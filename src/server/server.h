@@ -136,7 +136,8 @@ typedef struct srv_metrics srv_metrics;
 
 typedef struct {
     int queued, busy, slots;
-    uint64_t kv_bytes;          /* KV rows held by the slots' sessions */
+    uint64_t kv_tokens;         /* tokens the busy slots' sessions hold */
+    uint64_t kv_bytes;          /* their KV bytes: celer_model_kv_bytes of each, summed */
     uint64_t cache_bytes;       /* bytes the prompt cache accounts for */
     int cache_entries;
 } srv_sched_stats;
