@@ -274,6 +274,22 @@ struct celer_tokenizer {
     char *tmpl_where;        /* file the template came from, for messages */
 };
 
+/* ---- message text kept as text (chat.c, tokenizer.c; docs/tokenizer.md)
+ * chat.c writes TK_MARK (U+FDD0, a Unicode noncharacter) after the first character of
+ * every special-token occurrence inside message strings, and doubles every TK_MARK the
+ * user wrote, before the template renders them; the added-token matcher cannot match
+ * across the mark, and the encoder then drops single marks and undoubles double ones in
+ * the text between control tokens, encoding it as ordinary text. */
+#define TK_MARK "\xEF\xB7\x90"
+#define TK_MARK_N 3
+/* 1 when a special added token starts at s (n bytes left). */
+int tk_special_starts_at(const celer_tokenizer *t, const char *s, size_t n);
+/* Appends s to b without its marks (single marks dropped, double ones made single). */
+void tk_unmark(tk_buf *b, const char *s, size_t n);
+/* celer_tokenize(t, s, n, 0, ids) for marked text: special tokens are matched only
+ * outside marked spans; the text around marks is encoded as ordinary text. */
+int tk_encode_marked(const celer_tokenizer *t, const char *s, size_t n, int32_t **ids);
+
 /* jinja.c */
 typedef struct jj_env jj_env;
 #endif
