@@ -1,5 +1,6 @@
 /* fuzz/fuzz_chat.c: arbitrary message JSON (and tools, after a NUL) rendered with
- * the real Qwen3 and gpt-oss chat templates. */
+ * the real Qwen3 and gpt-oss chat templates, and encoded by celer_chat_encode with
+ * special tokens in message text kept as text (the marks of chat.c) or parsed. */
 #include "celer.h"
 #include "fuzz_util.h"
 
@@ -23,6 +24,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     char *msgs = fz_str(data, ml), *tools = nul ? fz_str(nul + 1, n - ml - 1) : NULL;
     char *out = celer_chat_render(toks[n & 1], msgs, tools, 1);
     free(out);
+    celer_chat_request rq = {msgs, tools, NULL, 1, (int)(n >> 1) & 1};
+    int32_t *ids;
+    char *text;
+    if (celer_chat_encode(toks[n & 1], &rq, &ids, &text) >= 0) {
+        free(ids);
+        free(text);
+    }
     free(msgs);
     free(tools);
     return 0;

@@ -83,6 +83,28 @@ char *celer_chat_render(const celer_tokenizer *t, const char *messages_json, con
  * (transformers passes such keyword arguments of apply_chat_template the same way). */
 char *celer_chat_render_vars(const celer_tokenizer *t, const char *messages_json, const char *tools_json,
                              int add_generation_prompt, const char *extra_vars_json);
+/* A chat to encode: what celer_chat_render_vars takes, plus how message text is read. */
+typedef struct {
+    const char *messages_json;    /* JSON array of {"role", "content", ...}; required */
+    const char *tools_json;       /* JSON array, or NULL */
+    const char *extra_vars_json;  /* JSON object of extra template variables, or NULL */
+    int add_generation_prompt;
+    /* 0 (the default, as OpenAI's API does): special tokens (added tokens marked
+     * "special": true, like <|im_end|>) written inside message and tool strings are
+     * encoded as ordinary text, so a user cannot forge turns; only the special tokens
+     * the template itself writes are control tokens. 1: transformers' behaviour,
+     * apply_chat_template(tokenize=True): special tokens are matched everywhere in the
+     * rendered text, the user's text included. */
+    int parse_special_in_content;
+} celer_chat_request;
+
+/* Renders the chat template (as celer_chat_render_vars) and encodes the result, no
+ * BOS/EOS added (the template writes them). On success *ids gets a malloc'd array
+ * (free it) and the count is returned; when text is not NULL, *text gets the rendered
+ * prompt (malloc'd; exactly what celer_chat_render_vars returns). -1 on error with
+ * *ids (and *text) NULL. How content is kept as text: docs/tokenizer.md. */
+int celer_chat_encode(const celer_tokenizer *t, const celer_chat_request *req, int32_t **ids, char **text);
+
 /* 1 when the tokenizer has a chat template. */
 int celer_tokenizer_has_template(const celer_tokenizer *t);
 

@@ -41,6 +41,19 @@ static void check_chats(const char *name) {
             CHECK(same, "%s chat %zu: ids of the rendered text differ", name, i);
             ok &= same;
             free(ids);
+            /* celer_chat_encode gives the same ids with special tokens parsed in content
+             * (transformers' behaviour) and, these messages holding none, without */
+            for (int ps = 0; ps < 2; ps++) {
+                celer_chat_request rq = {msgs, NULL, NULL, json_is_true(json_object_get(ch, "add_generation_prompt")), ps};
+                char *txt = NULL;
+                k = celer_chat_encode(t, &rq, &ids, &txt);
+                same = k >= 0 && (size_t)k == json_array_size(w) && txt && !strcmp(txt, want);
+                for (int q = 0; same && q < k; q++) same = ids[q] == json_integer_value(json_array_get(w, (size_t)q));
+                CHECK(same, "%s chat %zu: celer_chat_encode (parse_special_in_content %d) differs", name, i, ps);
+                ok &= same;
+                free(ids);
+                free(txt);
+            }
         }
         good += ok;
         free(got);

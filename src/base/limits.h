@@ -27,6 +27,29 @@
 #ifndef CELER_MAX_MERGE_BYTES
 #define CELER_MAX_MERGE_BYTES 1024           /* bytes of one BPE merge (both halves) */
 #endif
+/* Encoding (src/tokenizer/normalize.c, util.c): a tokenizer.json can describe work
+ * that grows without bound in its input; these make such an encode fail instead. */
+#ifndef CELER_MAX_NORM_GROWTH
+#define CELER_MAX_NORM_GROWTH 16             /* normalized bytes per input byte ... */
+#endif
+#ifndef CELER_MAX_NORM_SLACK
+#define CELER_MAX_NORM_SLACK 4096            /* ... plus this many, for the whole normalizer chain */
+#endif
+#ifndef CELER_MAX_REGEX_SCAN
+#define CELER_MAX_REGEX_SCAN 16              /* bytes a regex may rescan per input byte ... */
+#endif
+#ifndef CELER_MAX_REGEX_SCAN_SLACK
+#define CELER_MAX_REGEX_SCAN_SLACK (1u << 20) /* ... plus this many, per split of one piece */
+#endif
+#ifndef CELER_REGEX_MATCH_LIMIT
+#define CELER_REGEX_MATCH_LIMIT 10000000     /* pcre2_set_match_limit: backtracking steps per match */
+#endif
+#ifndef CELER_REGEX_DEPTH_LIMIT
+#define CELER_REGEX_DEPTH_LIMIT 100000       /* pcre2_set_depth_limit: nested backtracking points per match */
+#endif
+#ifndef CELER_REGEX_HEAP_LIMIT
+#define CELER_REGEX_HEAP_LIMIT (64u << 10)   /* pcre2_set_heap_limit, in KiB: backtracking memory per match */
+#endif
 
 /* ---- chat templates (src/tokenizer/jinja.c) ---- */
 #ifndef CELER_MAX_TEMPLATE_BYTES

@@ -31,6 +31,7 @@ static const opt_spec opts[] = {
     {"--stop-token", NULL, "LIST", "token ids that end generation (besides end-of-sequence)"},
     {"--stop", NULL, "TEXT", "with -p or --chat: stop when the text contains TEXT (not printed)"},
     {"--chat", NULL, "MESSAGE", "a user message, rendered with the checkpoint's chat template; prints text"},
+    {"--parse-special-in-content", NULL, NULL, "with --chat: special tokens written in the message are control tokens (transformers' behaviour; default: text)"},
     {"--load-cache", NULL, "FILE", "start from a KV cache file (celer logits/cache --save-cache)"},
     {"--save-cache", NULL, "FILE", "write the KV cache after generating to FILE"},
     CLI_SAMPLING_OPTS,
@@ -89,27 +90,24 @@ int cmd_generate(int argc, char **argv) {
     celer_sampler *smp = NULL;
     celer_session *s = NULL;
     if (text || chat) {
-        char *rendered = NULL;
         if (chat && (tk = celer_tokenizer_open(dir))) {
             /* one user turn through the template; the template writes BOS itself */
             json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", chat);
             char *mj = msgs ? json_dumps(msgs, JSON_COMPACT) : NULL;
             json_decref(msgs);
-            rendered = mj ? celer_chat_render(tk, mj, NULL, 1) : NULL;
+            celer_chat_request rq = {mj, NULL, NULL, 1, args_get(&a, "--parse-special-in-content") != NULL};
+            n = mj ? celer_chat_encode(tk, &rq, &tok, NULL) : -1;
             free(mj);
-            if (!rendered) {
+            if (n < 0) {
                 cli_error("generate", "%s", celer_last_error()[0] ? celer_last_error() : "--chat: cannot render the message");
                 goto done;
             }
         }
-        const char *src = chat ? rendered : text;
-        if ((!tk && !(tk = celer_tokenizer_open(dir))) || (n = celer_tokenize(tk, src, strlen(src), chat ? 0 : 1, &tok)) < 0 ||
+        if ((!tk && !(tk = celer_tokenizer_open(dir))) || (!chat && (n = celer_tokenize(tk, text, strlen(text), 1, &tok)) < 0) ||
             !(to.dt = celer_detok_new(tk, 1))) {
-            free(rendered);
             cli_error("generate", "%s", celer_last_error());
             goto done;
         }
-        free(rendered);
         if (n == 0) {
             cli_error("generate", "the prompt encodes to no tokens");
             goto done;

@@ -43,6 +43,7 @@ static const opt_spec opts[] = {
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
     {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
     {"--quiet", "-q", NULL, "no status lines on stderr (loading, per-answer speed)"},
+    {"--parse-special-in-content", NULL, NULL, "special tokens typed in a message are control tokens (transformers' behaviour; default: text)"},
     CLI_SAMPLING_OPTS,
 };
 
@@ -69,6 +70,7 @@ typedef struct {
     const char *stop_text;
     celer_model_info info;
     int ctx, n_predict, quiet;
+    int parse_special;        /* --parse-special-in-content */
     int32_t eos[2];           /* the model's and the tokenizer's end-of-turn ids (-1: none) */
     json_t *msgs;             /* [{role, content}] of the conversation, system excluded */
     char *system;             /* system prompt or NULL */
@@ -114,11 +116,9 @@ static int render_prompt(chat *c, const char *user, int32_t **ids) {
     json_array_append_new(all, json_pack("{s:s,s:s}", "role", "user", "content", user));
     char *js = json_dumps(all, JSON_COMPACT);
     json_decref(all);
-    char *text = js ? celer_chat_render(c->tk, js, NULL, 1) : NULL;
+    celer_chat_request rq = {js, NULL, NULL, 1, c->parse_special};
+    int n = js ? celer_chat_encode(c->tk, &rq, ids, NULL) : -1;
     free(js);
-    if (!text) return -1;
-    int n = celer_tokenize(c->tk, text, strlen(text), 0, ids);
-    free(text);
     return n;
 }
 
@@ -473,6 +473,7 @@ int cmd_run(int argc, char **argv) {
     if (!dir) dir = pos_model;
     chat c = {0};
     c.quiet = args_get(&a, "--quiet") != NULL;
+    c.parse_special = args_get(&a, "--parse-special-in-content") != NULL;
     c.stop_text = args_get(&a, "--stop");
     char defbuf[PATH_MAX + 64];
     if (!dir) {

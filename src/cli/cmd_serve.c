@@ -39,6 +39,8 @@ static const opt_spec opts[] = {
     {"--max-tokens", NULL, "N", "max_tokens a request may ask for, 400 above (default: the context)"},
     {"--max-concurrent", NULL, "N", "connections handled at once, 503 above (default 256)"},
     {"--timeout", "-to", "N", "seconds a connection may sit idle before it is closed (default 600)"},
+    {"--parse-special-in-content", NULL, NULL, "special tokens written in messages are control tokens, as transformers "
+                                               "parses them (default: text, as OpenAI's API; see docs/tokenizer.md)"},
     {"--quiet", NULL, NULL, "print nothing but errors"},
 };
 
@@ -117,6 +119,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.max_concurrent = (int)max_conc;
     cfg.timeout_s = (int)timeout;
     cfg.quiet = args_get(&a, "--quiet") != NULL;
+    cfg.parse_special_in_content = args_get(&a, "--parse-special-in-content") != NULL;
 
     /* every thread inherits this mask; this one takes the signals with sigwait */
     sigset_t set;

@@ -140,6 +140,24 @@ done:
     return rc;
 }
 
+/* The format lets the header length (and offsets) put a tensor at any byte; readers
+ * load its elements as float / uint16 / uint32 words, which must be aligned. Writers
+ * pad headers to 8 bytes, so real files need no copy. */
+static int align_tensors(st_file *f) {
+    for (int i = 0; i < f->n; i++) {
+        st_tensor *t = &f->t[i];
+        size_t a = st_dtype_size(t->dtype) >= 8 ? 8 : 4;
+        if (!t->nbytes || (uintptr_t)t->data % a == 0) continue;
+        if (!f->copies && !(f->copies = calloc((size_t)f->n, sizeof *f->copies))) return -1;
+        void *c = aligned_alloc(64, (t->nbytes + 63) / 64 * 64);
+        if (!c) return -1;
+        memcpy(c, t->data, t->nbytes);
+        f->copies[i] = c;
+        t->data = c;
+    }
+    return 0;
+}
+
 st_file *st_open(const char *path) {
     st_file *f = calloc(1, sizeof *f);
     if (!f) { err_set("%s: out of memory", path); return NULL; }
@@ -166,6 +184,7 @@ st_file *st_open(const char *path) {
         err_prefix("%s", path);
         goto fail;
     }
+    if (align_tensors(f) != 0) goto oom;
     return f;
 oom:
     err_set("%s: out of memory", path);
@@ -176,7 +195,11 @@ fail:
 
 void st_close(st_file *f) {
     if (!f) return;
-    for (int i = 0; i < f->n; i++) free(f->t[i].name);
+    for (int i = 0; i < f->n; i++) {
+        free(f->t[i].name);
+        if (f->copies) free(f->copies[i]);
+    }
+    free(f->copies);
     free(f->t);
     if (f->map) munmap(f->map, f->size);
     if (f->fd >= 0) close(f->fd);

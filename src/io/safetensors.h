@@ -20,7 +20,7 @@ typedef struct {
     st_dtype dtype;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
-    const void *data;   /* inside the mapping */
+    const void *data;   /* inside the mapping, or an aligned copy (see st_file.copies) */
     size_t nbytes;
 } st_tensor;
 
@@ -31,9 +31,13 @@ typedef struct {
     size_t size;
     int n;
     st_tensor *t;       /* [n], sorted by name */
+    void **copies;      /* [n] or NULL: aligned copies of tensors the file misaligns */
 } st_file;
 
-/* Opens and validates path; NULL with an error naming the file and the problem. */
+/* Opens and validates path; NULL with an error naming the file and the problem.
+ * Every tensor's data is aligned to its element size (4 bytes at least: packed
+ * weights are read as uint32 words): a file whose header length or offsets misalign a
+ * tensor gets that tensor copied once, here, into memory the st_file owns. */
 st_file *st_open(const char *path);
 void st_close(st_file *f);
 /* The tensor called name, or NULL. */

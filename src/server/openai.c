@@ -294,12 +294,14 @@ static int parse_messages(srv *s, srv_request *r, const json_t *root, perr *e) {
     char *mj = json_dumps(norm, JSON_COMPACT);
     char *tj = tools && json_is_array(tools) ? json_dumps(tools, JSON_COMPACT) : NULL;
     json_decref(norm);
-    char *text = mj ? celer_chat_render(s->tok, mj, tj, 1) : NULL;
+    celer_chat_request rq = {mj, tj, NULL, 1, s->cfg.parse_special_in_content};
+    int32_t *ids = NULL;
+    int n = mj ? celer_chat_encode(s->tok, &rq, &ids, NULL) : -1;
     free(mj);
     free(tj);
-    if (!text) return fail(e, 400, "messages", "cannot render the chat template: %s", celer_last_error());
-    int rc = prompt_text(s, r, text, strlen(text), 0, e);
-    free(text);
+    if (n < 0) return fail(e, 400, "messages", "cannot render the chat template: %s", celer_last_error());
+    int rc = prompt_add(r, ids, n, e);
+    free(ids);
     return rc;
 }
 

@@ -55,6 +55,7 @@ typedef struct {
     int max_concurrent;         /* connections handled at once (503 above); 0: CELER_SERVE_MAX_CONCURRENT */
     int timeout_s;              /* idle connection timeout in seconds; 0: CELER_SERVE_TIMEOUT_S */
     int quiet;                  /* no request log on stderr */
+    int parse_special_in_content; /* special tokens in message text are control tokens (default: text) */
 } srv_config;
 
 /* ---- a parsed, validated request ---- */

@@ -1,11 +1,13 @@
 /* tokenizer/normalize.c: tokenizers' normalizers (NFC, NFD, NFKC, NFKD, Lowercase,
  * Strip, StripAccents, Replace, Prepend, Sequence) over UTF-8 strings. Unicode data comes
  * from utf8proc. Alignment tracking is not kept: celer needs ids, not offsets. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
 #include "base/err.h"
+#include "base/limits.h"
 #include "tokenizer/tok.h"
 
 static char *dup_n(const char *s, size_t n) {
@@ -14,12 +16,16 @@ static char *dup_n(const char *s, size_t n) {
     return p;
 }
 
-tk_norm *tk_norm_parse(const tj_val *v, const char *where) {
+/* jpath: where v sits in tokenizer.json ("normalizer", "normalizer.normalizers[2]") */
+static tk_norm *norm_parse_at(const tj_val *v, const char *where, const char *jpath) {
     const tj_val *t = tj_get(v, "type");
     if (!t || t->type != TJ_STR) { err_set("%s: normalizer without a \"type\"", where); return NULL; }
     tk_norm *n = calloc(1, sizeof *n);
     if (!n) { err_set("out of memory"); return NULL; }
     const char *ty = t->u.s;
+    size_t ln = strlen(where) + strlen(jpath) + (t->n > 40 ? 40 : t->n) + 8;
+    if (!(n->label = malloc(ln))) { err_set("out of memory"); goto fail; }
+    snprintf(n->label, ln, "%s: %s (%.40s)", where, jpath, ty);
     if (!strcmp(ty, "Sequence")) {
         n->kind = NZ_SEQ;
         const tj_val *a = tj_get(v, "normalizers");
@@ -27,7 +33,9 @@ tk_norm *tk_norm_parse(const tj_val *v, const char *where) {
         n->kids = calloc(a->n ? a->n : 1, sizeof *n->kids);
         if (!n->kids) { err_set("out of memory"); goto fail; }
         for (uint32_t i = 0; i < a->n; i++) {
-            if (!(n->kids[i] = tk_norm_parse(&a->u.items[i], where))) goto fail;
+            char kp[512];
+            snprintf(kp, sizeof kp, "%.400s.normalizers[%u]", jpath, i);
+            if (!(n->kids[i] = norm_parse_at(&a->u.items[i], where, kp))) goto fail;
             n->n_kids++;
         }
     } else if (!strcmp(ty, "NFC")) n->kind = NZ_NFC;
@@ -65,8 +73,11 @@ fail:
     return NULL;
 }
 
+tk_norm *tk_norm_parse(const tj_val *v, const char *where) { return norm_parse_at(v, where, "normalizer"); }
+
 void tk_norm_free(tk_norm *n) {
     if (!n) return;
+    free(n->label);
     for (int i = 0; i < n->n_kids; i++) tk_norm_free(n->kids[i]);
     free(n->kids);
     tk_pattern_free(&n->pat);
@@ -119,8 +130,22 @@ static int norm_utf8proc(const char *s, size_t len, tk_buf *out, utf8proc_option
     return 0;
 }
 
-/* One step: s -> out. */
-static int norm_one(const tk_norm *n, const char *s, size_t len, tk_buf *out) {
+/* The most bytes a normalizer chain may make of in_len input bytes. Real
+ * normalizers stay far below: NFKD's largest expansion (U+FDFA) is 3 -> 33 bytes, a
+ * Metaspace-style Replace of " " by "\u2581" triples spaces, Prepend adds a few bytes. */
+static size_t norm_cap(size_t in_len) {
+    size_t g = (size_t)CELER_MAX_NORM_GROWTH;
+    return in_len > (SIZE_MAX - CELER_MAX_NORM_SLACK) / g ? SIZE_MAX : in_len * g + CELER_MAX_NORM_SLACK;
+}
+
+static int grew_too_much(const tk_norm *n, size_t in_len) {
+    return err_set("%s: normalizing %zu bytes of text makes more than %zu bytes (the limit is %u times the input "
+                   "+ %u bytes, CELER_MAX_NORM_GROWTH)",
+                   n->label, in_len, norm_cap(in_len), (unsigned)CELER_MAX_NORM_GROWTH, (unsigned)CELER_MAX_NORM_SLACK);
+}
+
+/* One step: s -> out. cap: the most bytes out may hold (checked before growing it). */
+static int norm_one(const tk_norm *n, const char *s, size_t len, tk_buf *out, size_t cap) {
     out->n = 0;
     switch (n->kind) {
     case NZ_SEQ: return err_set("internal: nested sequence");
@@ -160,6 +185,7 @@ static int norm_one(const tk_norm *n, const char *s, size_t len, tk_buf *out) {
         return 0;
     }
     case NZ_PREPEND:
+        if (len && n->content_n > cap - (len < cap ? len : cap)) return -2;
         if (len) tkb_put(out, n->content, n->content_n);
         tkb_put(out, s, len);
         return 0;
@@ -167,6 +193,11 @@ static int norm_one(const tk_norm *n, const char *s, size_t len, tk_buf *out) {
         size_t *m;
         long k = tk_pattern_find(&n->pat, s, len, &m);
         if (k < 0) return -1;
+        /* the output size is known before writing it: refuse before allocating */
+        size_t matched = 0;
+        for (long i = 0; i < k; i++) matched += m[2 * i + 1] - m[2 * i];
+        double total = (double)(len - matched) + (double)k * (double)n->content_n;
+        if (total > (double)cap) { free(m); return -2; }
         size_t at = 0;
         for (long i = 0; i < k; i++) {
             tkb_put(out, s + at, m[2 * i] - at);
@@ -181,21 +212,27 @@ static int norm_one(const tk_norm *n, const char *s, size_t len, tk_buf *out) {
     return 0;
 }
 
-int tk_norm_apply(const tk_norm *n, const char *s, size_t len, tk_buf *out) {
+/* cap bounds every intermediate result by the chain's original input (orig bytes), so
+ * a Sequence of growing steps cannot multiply past it either. */
+static int norm_apply_cap(const tk_norm *n, const char *s, size_t len, tk_buf *out, size_t orig, size_t cap) {
     out->n = 0;
     if (n->kind != NZ_SEQ) {
-        if (norm_one(n, s, len, out)) return -1;
+        int rc = norm_one(n, s, len, out, cap);
+        if (rc == -2 || (!rc && out->n > cap)) return grew_too_much(n, orig);
+        if (rc) return -1;
         return out->oom ? err_set("out of memory normalizing") : 0;
     }
-    /* sequence: ping-pong between out and a temporary */
-    tk_buf tmp = {0};
+    /* sequence: each step reads the previous step's output */
     tkb_put(out, s, len);
     for (int i = 0; i < n->n_kids; i++) {
         tk_buf t2 = {0};
-        if (tk_norm_apply(n->kids[i], out->p ? out->p : "", out->n, &t2)) { tkb_free(&t2); tkb_free(&tmp); return -1; }
+        if (norm_apply_cap(n->kids[i], out->p ? out->p : "", out->n, &t2, orig, cap)) { tkb_free(&t2); return -1; }
         tkb_free(out);
         *out = t2;
     }
-    tkb_free(&tmp);
     return out->oom ? err_set("out of memory normalizing") : 0;
+}
+
+int tk_norm_apply(const tk_norm *n, const char *s, size_t len, tk_buf *out) {
+    return norm_apply_cap(n, s, len, out, len, norm_cap(len));
 }

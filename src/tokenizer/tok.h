@@ -107,13 +107,18 @@ typedef struct {
     char *lit;          /* literal (when re is NULL) */
     size_t lit_n;
     pcre2_code *re;
+    pcre2_match_context *mc;  /* the match, depth and heap limits (read-only after compile) */
+    char *label;        /* "FILE: regex /.../", for messages */
 } tk_pattern;
 /* Reads {"String": s} or {"Regex": r}. */
 int tk_pattern_parse(tk_pattern *p, const tj_val *v, const char *where);
 int tk_pattern_compile_regex(tk_pattern *p, const char *re, size_t n, const char *where);
 void tk_pattern_free(tk_pattern *p);
 /* All non-overlapping matches in s, as [start, end) pairs in *out (2 per match,
- * malloc'd, may be NULL when none). Returns the count, -1 on error. */
+ * malloc'd, may be NULL when none). Returns the count, -1 on error: a regex that
+ * crosses the PCRE2 match/depth/heap limits, or whose matching rescans more than
+ * CELER_MAX_REGEX_SCAN bytes per byte of s (plus CELER_MAX_REGEX_SCAN_SLACK), fails
+ * with a message naming the file and the regex instead of running for minutes. */
 long tk_pattern_find(const tk_pattern *p, const char *s, size_t n, size_t **out);
 
 /* ---- pieces: spans of one text buffer */
@@ -136,6 +141,7 @@ typedef enum { NZ_SEQ, NZ_NFC, NZ_NFD, NZ_NFKC, NZ_NFKD, NZ_LOWER, NZ_STRIP, NZ_
 typedef struct tk_norm tk_norm;
 struct tk_norm {
     nz_kind kind;
+    char *label;          /* "FILE: normalizer.normalizers[i] (Replace)", for messages */
     tk_norm **kids;
     int n_kids;
     tk_pattern pat;       /* NZ_REPLACE */
@@ -145,7 +151,9 @@ struct tk_norm {
 };
 tk_norm *tk_norm_parse(const tj_val *v, const char *where);
 void tk_norm_free(tk_norm *n);
-/* Normalizes s into out (cleared first). -1 on error. */
+/* Normalizes s into out (cleared first). -1 on error, also when the output of any
+ * step would pass CELER_MAX_NORM_GROWTH * len + CELER_MAX_NORM_SLACK bytes (the
+ * message names the normalizer that grew it). */
 int tk_norm_apply(const tk_norm *n, const char *s, size_t len, tk_buf *out);
 
 /* ---- pre-tokenizers */
@@ -265,6 +273,22 @@ struct celer_tokenizer {
     char *chat_template;     /* NULL when none */
     char *tmpl_where;        /* file the template came from, for messages */
 };
+
+/* ---- message text kept as text (chat.c, tokenizer.c; docs/tokenizer.md)
+ * chat.c writes TK_MARK (U+FDD0, a Unicode noncharacter) after the first character of
+ * every special-token occurrence inside message strings, and doubles every TK_MARK the
+ * user wrote, before the template renders them; the added-token matcher cannot match
+ * across the mark, and the encoder then drops single marks and undoubles double ones in
+ * the text between control tokens, encoding it as ordinary text. */
+#define TK_MARK "\xEF\xB7\x90"
+#define TK_MARK_N 3
+/* 1 when a special added token starts at s (n bytes left). */
+int tk_special_starts_at(const celer_tokenizer *t, const char *s, size_t n);
+/* Appends s to b without its marks (single marks dropped, double ones made single). */
+void tk_unmark(tk_buf *b, const char *s, size_t n);
+/* celer_tokenize(t, s, n, 0, ids) for marked text: special tokens are matched only
+ * outside marked spans; the text around marks is encoded as ordinary text. */
+int tk_encode_marked(const celer_tokenizer *t, const char *s, size_t n, int32_t **ids);
 
 /* jinja.c */
 typedef struct jj_env jj_env;

@@ -374,6 +374,7 @@ typedef struct {
     tk_bpe_scratch *bpe;
     tk_pieces a, b;
     tk_buf norm;
+    int text_only;      /* inside a marked span: special added tokens are not matched */
 } enc_state;
 
 static int push_id(enc_state *e, int32_t id) {
@@ -428,6 +429,7 @@ static int split_added(const celer_tokenizer *t, enc_state *e, const tk_trie *tr
         if (!trie->first[(unsigned char)s[i]]) { i++; continue; }
         size_t len = 0;
         int32_t k = trie_match(trie, s + i, n - i, &len);
+        if (k >= 0 && e->text_only && t->added[k].special) k = -1;
         if (k < 0) { i++; continue; }
         const tk_added *ad = &t->added[k];
         size_t a = i, b = i + len;
@@ -468,7 +470,62 @@ static int encode_raw_segment(const celer_tokenizer *t, enc_state *e, const char
     return rc;
 }
 
+/* A segment between control tokens of marked text: when it holds marks, they come out
+ * and the rest is encoded with special tokens unmatched (the normalized-token pass
+ * included), as tokenizers' encode_special_tokens=True encodes it. */
+static int encode_marked_segment(const celer_tokenizer *t, enc_state *e, const char *s, size_t n, int first) {
+    if (!n || !memmem(s, n, TK_MARK, TK_MARK_N)) return encode_raw_segment(t, e, s, n, first);
+    tk_buf u = {0};
+    tk_unmark(&u, s, n);
+    if (u.oom) { tkb_free(&u); return err_set("out of memory encoding"); }
+    e->text_only = 1;
+    int rc = encode_raw_segment(t, e, u.p ? u.p : "", u.n, first);
+    e->text_only = 0;
+    tkb_free(&u);
+    return rc;
+}
+
+void tk_unmark(tk_buf *b, const char *s, size_t n) {
+    size_t at = 0;
+    for (;;) {
+        const char *m = memmem(s + at, n - at, TK_MARK, TK_MARK_N);
+        if (!m) break;
+        size_t i = (size_t)(m - s);
+        tkb_put(b, s + at, i - at);
+        at = i + TK_MARK_N;
+        if (n - at >= TK_MARK_N && !memcmp(s + at, TK_MARK, TK_MARK_N)) { /* a doubled mark: the user's own U+FDD0 */
+            tkb_put(b, TK_MARK, TK_MARK_N);
+            at += TK_MARK_N;
+        }
+    }
+    tkb_put(b, s + at, n - at);
+}
+
+int tk_special_starts_at(const celer_tokenizer *t, const char *s, size_t n) {
+    const tk_trie *tries[2] = {&t->trie_raw, &t->trie_norm};
+    for (int k = 0; k < 2; k++) {
+        const tk_trie *tr = tries[k];
+        if (tr->empty || !tr->first[(unsigned char)s[0]]) continue;
+        uint32_t node = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t child;
+            if (!tk_u64map_get(&tr->edges, (uint64_t)node << 8 | (unsigned char)s[i], &child)) break;
+            node = (uint32_t)child;
+            if (tr->term[node] >= 0 && t->added[tr->term[node]].special) return 1;
+        }
+    }
+    return 0;
+}
+
+static int encode(const celer_tokenizer *t, const char *text, size_t len, int add_special, int marked, int32_t **ids);
+
 int celer_tokenize(const celer_tokenizer *t, const char *text, size_t len, int add_special, int32_t **ids) {
+    return encode(t, text, len, add_special, 0, ids);
+}
+
+int tk_encode_marked(const celer_tokenizer *t, const char *s, size_t n, int32_t **ids) { return encode(t, s, n, 0, 1, ids); }
+
+static int encode(const celer_tokenizer *t, const char *text, size_t len, int add_special, int marked, int32_t **ids) {
     *ids = NULL;
     enc_state e = {0};
     tk_buf clean = {0};
@@ -485,7 +542,7 @@ int celer_tokenize(const celer_tokenizer *t, const char *text, size_t len, int a
     if (add_special)
         for (int i = 0; i < t->post.n_pre; i++)
             if (push_id(&e, t->post.pre[i])) goto out;
-    if (split_added(t, &e, &t->trie_raw, s, len, 1, encode_raw_segment)) goto out;
+    if (split_added(t, &e, &t->trie_raw, s, len, 1, marked ? encode_marked_segment : encode_raw_segment)) goto out;
     if (add_special)
         for (int i = 0; i < t->post.n_post; i++)
             if (push_id(&e, t->post.post[i])) goto out;

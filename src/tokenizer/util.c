@@ -1,5 +1,6 @@
 /* tokenizer/util.c: byte buffers, UTF-8 helpers, hash maps and patterns for the
  * tokenizer. Maps use open addressing at <= 50% load; they only grow. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -277,10 +278,32 @@ void tk_u64map_free(tk_u64map *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* ---- patterns */
+/* ---- patterns
+ * Hostile regexes are bounded two ways. Within one pcre2_match call the match, depth and
+ * heap limits of src/base/limits.h stop exponential backtracking (the JIT honours the
+ * match limit; it ignores the depth and heap limits and stops at its own 32 KiB stack
+ * instead, with PCRE2_ERROR_JIT_STACKLIMIT). Across calls they cannot help: /a*c|./ on
+ * "aaaa..." does one cheap linear scan per call and one call per character, so the
+ * whole split is quadratic while every call stays far inside any per-call limit. So
+ * each call first sees only a window of the subject (WIN0 bytes past its start) under
+ * PCRE2_PARTIAL_HARD, which answers "partial" whenever more subject could change the
+ * result; only then is the window doubled and the call repeated. The bytes of those
+ * repeated windows are the rescanning a split pays for, and they are bounded by
+ * CELER_MAX_REGEX_SCAN per byte of the piece: a real tokenizer's long match (a 1 MB run
+ * of letters) costs about twice its length once, while /a*c|./ costs the rest of the
+ * piece at every character and fails within a few characters. Results are exactly
+ * those of matching the whole subject: a complete match inside the window is the match,
+ * and NOMATCH means no match starts before the window's end. */
+
+#define WIN0 256
+
 int tk_pattern_compile_regex(tk_pattern *p, const char *re, size_t n, const char *where) {
     int ec;
     PCRE2_SIZE eo;
+    int show = (int)(n > 80 ? 80 : n);
+    size_t ln = strlen(where) + (size_t)show + 32;
+    if (!(p->label = malloc(ln))) return err_set("out of memory");
+    snprintf(p->label, ln, "%s: regex /%.*s%s/", where, show, re, n > 80 ? "..." : "");
     p->re = pcre2_compile((PCRE2_SPTR)re, n, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
     if (!p->re) {
         PCRE2_UCHAR msg[256];
@@ -288,7 +311,12 @@ int tk_pattern_compile_regex(tk_pattern *p, const char *re, size_t n, const char
         return err_set("%s: regex /%.*s/ does not compile at offset %zu: %s", where, (int)(n > 200 ? 200 : n), re,
                        (size_t)eo, (const char *)msg);
     }
-    pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE); /* best effort: interpreted otherwise */
+    if (!(p->mc = pcre2_match_context_create(NULL))) return err_set("out of memory");
+    pcre2_set_match_limit(p->mc, CELER_REGEX_MATCH_LIMIT);
+    pcre2_set_depth_limit(p->mc, CELER_REGEX_DEPTH_LIMIT);
+    pcre2_set_heap_limit(p->mc, CELER_REGEX_HEAP_LIMIT);
+    /* best effort: interpreted otherwise (same results, same limits but the JIT's) */
+    pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
     return 0;
 }
 
@@ -308,7 +336,9 @@ int tk_pattern_parse(tk_pattern *p, const tj_val *v, const char *where) {
 
 void tk_pattern_free(tk_pattern *p) {
     free(p->lit);
+    free(p->label);
     if (p->re) pcre2_code_free(p->re);
+    pcre2_match_context_free(p->mc);
     memset(p, 0, sizeof *p);
 }
 
@@ -323,6 +353,14 @@ static int push_range(size_t **out, size_t *n, size_t *cap, size_t a, size_t b) 
     (*out)[(*n)++] = a;
     (*out)[(*n)++] = b;
     return 0;
+}
+
+/* Window end for a call starting at i with window w: never inside a UTF-8 sequence. */
+static size_t win_end(const char *s, size_t n, size_t i, size_t w) {
+    if (w >= n - i) return n;
+    size_t e = i + w;
+    while (e < n && ((unsigned char)s[e] & 0xC0) == 0x80) e++;
+    return e;
 }
 
 long tk_pattern_find(const tk_pattern *p, const char *s, size_t n, size_t **out) {
@@ -342,17 +380,40 @@ long tk_pattern_find(const tk_pattern *p, const char *s, size_t n, size_t **out)
     }
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
     if (!md) goto oom;
+    /* rescanned bytes allowed for this subject (see the comment above) */
+    double budget = (double)CELER_MAX_REGEX_SCAN * (double)n + (double)CELER_MAX_REGEX_SCAN_SLACK, spent = 0;
     size_t i = 0;
     while (i <= n) {
-        int rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, i, PCRE2_NO_UTF_CHECK, md, NULL);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
+        size_t w = WIN0, e;
+        int rc;
+        for (;;) {
+            e = win_end(s, n, i, w);
+            rc = pcre2_match(p->re, (PCRE2_SPTR)s, e, i, PCRE2_NO_UTF_CHECK | (e < n ? PCRE2_PARTIAL_HARD : 0), md, p->mc);
+            if (rc != PCRE2_ERROR_PARTIAL) break;
+            w *= 2;
+            spent += (double)(win_end(s, n, i, w) - i);
+            if (spent > budget) {
+                pcre2_match_data_free(md);
+                free(*out);
+                *out = NULL;
+                return err_set("%s: matching %zu bytes rescans more than %u bytes per byte (+%u), the limit "
+                               "(CELER_MAX_REGEX_SCAN): the regex backtracks over the rest of its input at each "
+                               "match, which takes time quadratic in the input",
+                               p->label, n, (unsigned)CELER_MAX_REGEX_SCAN, (unsigned)CELER_MAX_REGEX_SCAN_SLACK);
+            }
+        }
+        if (rc == PCRE2_ERROR_NOMATCH) {
+            if (e >= n) break;
+            i = e; /* no match starts before e */
+            continue;
+        }
         if (rc < 0) {
             pcre2_match_data_free(md);
             free(*out);
             *out = NULL;
             PCRE2_UCHAR msg[128];
             pcre2_get_error_message(rc, msg, sizeof msg);
-            return err_set("regex match failed: %s", (const char *)msg);
+            return err_set("%s: matching %zu bytes failed: %s", p->label, n, (const char *)msg);
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t a = ov[0], b = ov[1];
