@@ -471,6 +471,8 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     if (!dir) dir = pos_model;
+    char hubbuf[PATH_MAX + 64]; /* a hub name's snapshot directory; on a terminal, offers to pull it */
+    if (dir && !(dir = cli_model_resolve("run", dir, hubbuf, sizeof hubbuf, 1))) return 1;
     chat c = {0};
     c.quiet = args_get(&a, "--quiet") != NULL;
     c.stop_text = args_get(&a, "--stop");
