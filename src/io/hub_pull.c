@@ -298,6 +298,9 @@ static int http_error(const puller *P, const xfer *x, long code, const char *wha
     if (code == 404) {
         if (strcmp(ec, "RevisionNotFound") == 0)
             return err_set("%s: no revision '%s' of %s on %s (HTTP 404)", P->name, P->h.rev, P->h.repo, P->endpoint);
+        if (strcmp(ec, "RepoNotFound") == 0)
+            return err_set("%s: no such model %s on %s (HTTP 404; a private model needs HF_TOKEN)", P->name, P->h.repo,
+                           P->endpoint);
         if (strcmp(ec, "EntryNotFound") == 0)
             return err_set("%s: no file %s in revision '%s' (HTTP 404)", P->name, what, P->h.rev);
         return err_set("%s: no such model or revision on %s (HTTP 404 for %s)%s%s", P->name, P->endpoint, what,
