@@ -193,6 +193,9 @@ expect "pull: nothing listening" 1 "cannot download the file list from http://12
   env HF_ENDPOINT=http://127.0.0.1:1 HF_HUB_CACHE="$T/pc6" "$C" pull test-org/tiny-llama
 expect "pull: not a hub name" 2 "is not a hub model name" "$C" pull ./some/dir
 expect "pull: no name" 2 "missing the model" "$C" pull
+out=$(HF_TOKEN=hf_secret_value "$C" --help-env 2>&1)
+if grep -q 'HF_TOKEN.*\[set: \*\*\*\]' <<<"$out" && ! grep -q hf_secret_value <<<"$out"; then ok "--help-env hides HF_TOKEN"
+else bad "--help-env shows HF_TOKEN: $out"; fi
 expect "pull --help" 0 "usage: celer pull ORG/NAME" "$C" pull --help
 echo "@@ $pass passed $fail failed"
 [ $fail = 0 ]

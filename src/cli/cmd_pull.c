@@ -33,7 +33,7 @@ static double now_s(void) {
 static void draw(bar *b, const char *file, uint64_t done, uint64_t total, const char *end) {
     char d[32], t[32], r[32];
     double el = now_s() - b->t_start;
-    double rate = el > 0.2 ? (double)(done - (done >= b->start_bytes ? b->start_bytes : done)) / el : 0;
+    double rate = el > 0.2 || (*end && el > 0) ? (double)(done - (done >= b->start_bytes ? b->start_bytes : done)) / el : 0;
     const int W = 24;
     int fill = total ? (int)((double)done / (double)total * W) : 0;
     char cells[32];
