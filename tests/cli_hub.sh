@@ -68,6 +68,8 @@ if [ "$out" = "$QW" ]; then ok "org/tiny@COMMIT: the snapshot directly"; else ba
 out=$($H "$C" generate -m "org/tiny@refs/pr/1" --tokens "$QP" -n 40 2>&1)
 if [ "$out" = "$QW" ]; then ok "org/tiny@refs/pr/1"; else bad "org/tiny@refs/pr/1: '$out'"; fi
 expect "inspect takes a hub name" 0 "llama" $H "$C" inspect -m org/tiny
+out=$($H CELER_DEFAULT_MODEL=org/tiny "$C" generate --tokens "$LP" -n 40 2>&1)
+if [ "$out" = "$LW" ]; then ok "CELER_DEFAULT_MODEL takes a hub name"; else bad "CELER_DEFAULT_MODEL=org/tiny: '$out'"; fi
 # the cache's place: HF_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub
 mkdir -p "$T/hfhome" "$T/xdg/huggingface" "$T/home/.cache/huggingface"
 ln -s "$C1" "$T/hfhome/hub"; ln -s "$C1" "$T/xdg/huggingface/hub"; ln -s "$C1" "$T/home/.cache/huggingface/hub"
@@ -110,6 +112,7 @@ echo "# a model card" > "$R/test-org/tiny-llama/README.md"          # not needed
 head -c 4096 /dev/urandom > "$R/test-org/tiny-llama/consolidated.safetensors"  # not in the index: not fetched
 echo '{"dim": 64}' > "$R/test-org/tiny-llama/original/params.json"  # only with --include
 cp "$T/split/"* "$R/gated/tiny-llama/"
+mkdir -p "$R/noblobs/tiny-llama" && cp "$T/split/"* "$R/noblobs/tiny-llama/"
 echo '{}' > "$T/faults"
 : > "$T/log"
 node tests/hub/hubserver.mjs "$R" "$T/faults" "$T/log" > "$T/port" &
@@ -148,6 +151,14 @@ if [ "$(readlink "$RD/snapshots/$commit/original/params.json")" = "../../../blob
    [ -L "$RD/snapshots/$commit/README.md" ] && [ "$(cat "$RD/refs/v1")" = "$commit" ]; then ok "pull --include: a nested file links ../../../blobs; refs/v1"
 else bad "pull --include: $(ls -lR "$RD/snapshots")"; fi
 
+# a file list without blob ids or sizes: each file's ETag and size from a HEAD
+: > "$T/log"
+expect "pull: names only in the file list (HEAD per file)" 0 "snapshots/" $P "$C" pull noblobs/tiny-llama
+l="$T/pc/models--noblobs--tiny-llama/snapshots/$(printf '%s' noblobs/tiny-llama | sha1sum | cut -c1-40)"
+if [ "$(readlink "$l/model-00001-of-00002.safetensors")" = "../../blobs/$(sha256sum "$T/split/model-00001-of-00002.safetensors" | cut -c1-64)" ] &&
+   [ "$(readlink "$l/config.json")" = "../../blobs/$(git hash-object "$T/split/config.json")" ] && grep -q "^HEAD " "$T/log"; then
+  ok "HEAD gives the blob names (X-Linked-Etag for LFS, ETag otherwise)"
+else bad "names-only pull: $(ls -l "$l" 2>&1) $(cat "$T/log")"; fi
 # a dropped connection: resumed with Range from where it stopped
 P2="env HF_ENDPOINT=http://127.0.0.1:$PORT HF_HUB_CACHE=$T/pc2"
 echo '{"drop": {"model-00002-of-00002.safetensors": 2}}' > "$T/faults"
@@ -170,6 +181,12 @@ echo '{}' > "$T/faults"
 expect "the next pull resumes and finishes" 0 "$commit" env HF_ENDPOINT="http://127.0.0.1:$PORT" HF_HUB_CACHE="$T/pc3" "$C" pull test-org/tiny-llama
 if grep -qE '^GET /cdn/[0-9a-f]+ bytes=[1-9][0-9]*-$' "$T/log"; then ok "the next pull starts from the partial file"
 else bad "the next pull did not resume: $(cat "$T/log")"; fi
+# a write that fails (a file-size limit standing in for a full disk; SIGXFSZ ignored so
+# that write() reports EFBIG): the error names the file, nothing under snapshots/
+out=$(trap '' XFSZ; ulimit -f 300; env HF_ENDPOINT="http://127.0.0.1:$PORT" HF_HUB_CACHE="$T/pc7" "$C" pull test-org/tiny-llama 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "writing $T/pc7/models--test-org--tiny-llama/blobs/[0-9a-f]*.incomplete: File too large" <<<"$out" &&
+   [ ! -e "$T/pc7/models--test-org--tiny-llama/snapshots" ]; then ok "pull: a failed write (disk full) is an error naming the file"
+else bad "pull with a failing write (exit $rc): $out"; fi
 # a corrupt file: SHA-256 mismatch, nothing under snapshots/, no partial file kept
 echo '{"corrupt": ["model-00002-of-00002.safetensors"]}' > "$T/faults"
 expect "pull: a corrupt file" 1 "model-00002-of-00002.safetensors is corrupt: its SHA-256 is" \

@@ -10,6 +10,8 @@
 // REPOS/ORG/NAME/ holds a repository's files; its commit is sha1(ORG/NAME), and the
 // revisions "main" and "v1" point at it. Repositories under REPOS/gated/ answer 401
 // (X-Error-Code: GatedRepo) to a resolve without "Authorization: Bearer secret".
+// Repositories under REPOS/noblobs/ list file names only (no blobId, size, lfs), so
+// a client has to ask each file's metadata with HEAD.
 // Unknown repositories: 404 RepoNotFound; unknown revisions: 404 RevisionNotFound.
 // FAULTS, read at every request, is JSON: {"drop": {FILE: N}} sends half of the
 // asked bytes of FILE and then cuts the connection, N times; {"corrupt": [FILE]}
@@ -88,7 +90,7 @@ const server = http.createServer((req, res) => {
     const r = repo(m[1], m[2]);
     if (!r) return fail(res, 404, "RepoNotFound", "Repository not found");
     if (!revisionOk(r, m[3])) return fail(res, 404, "RevisionNotFound", `Invalid rev id: ${m[3]}`);
-    const blobs = url.searchParams.get("blobs") === "true";
+    const blobs = url.searchParams.get("blobs") === "true" && m[1] !== "noblobs"; // noblobs/*: names only
     const siblings = listFiles(r.dir).map((f) => {
       const b = fs.readFileSync(path.join(r.dir, f));
       const s = { rfilename: f };
