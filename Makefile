@@ -17,6 +17,9 @@ endif
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -pthread -Iinclude -Isrc $(SANFLAGS) $(EXTRA_CFLAGS)
 # -rdynamic: libceler-cuda.so, loaded with dlopen, uses the executable's err_* and weight helpers.
 LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -ldl -pthread -rdynamic
+# celer pull downloads over HTTPS with libcurl (Debian's libcurl4-openssl-dev); --as-needed:
+# binaries that never download (tests, the CUDA test programs) do not need libcurl.so.
+LDLIBS  += -Wl,--as-needed -lcurl
 # Line editing and history in `celer run` (Debian's libedit-dev, which `make deps`
 # installs): on wherever its header is; EDITLINE=0 builds without.
 EDITLINE ?= $(if $(wildcard /usr/include/histedit.h),1,0)

@@ -293,6 +293,59 @@ double celer_model_bandwidth(const celer_model *m);
  * LM head excluded). */
 double celer_model_layer_flops_per_token(const celer_model *m);
 
+/* ---- Hugging Face hub: model names, the local cache, downloads (docs/hub.md) ----
+ * A hub name is ORG/NAME[@REVISION] (REVISION: a branch, tag or commit; "main" when
+ * absent). The cache is huggingface_hub's, so models it, transformers or mlx-lm
+ * downloaded are found, and models celer pulls are theirs too:
+ *
+ *     char dir[4096];
+ *     if (celer_hub_resolve("Qwen/Qwen3-0.6B", dir, sizeof dir) == 0)
+ *         m = celer_model_open(dir, 0);   // CACHE/models--Qwen--Qwen3-0.6B/snapshots/COMMIT
+ */
+
+/* 1 when s has the form of a hub name (ORG/NAME[@REVISION] by the hub's rules for
+ * ids); says nothing about whether it exists. Leaves celer_last_error() alone. */
+int celer_hub_is_name(const char *s);
+/* The cache directory: $HF_HUB_CACHE, else $HF_HOME/hub, else
+ * $XDG_CACHE_HOME/huggingface/hub, else $HOME/.cache/huggingface/hub. Returns buf
+ * (n bytes), or NULL when none is set or the path does not fit. */
+const char *celer_hub_cache_dir(char *buf, size_t n);
+/* The snapshot directory of a hub name in the cache into buf (n bytes):
+ * CACHE/models--ORG--NAME/snapshots/COMMIT, COMMIT read from refs/REVISION, or the
+ * revision itself when it is a commit hash. Reads only. -1 when name is not a hub
+ * name or is not cached; the message says where it looked and names the command
+ * that downloads it (celer pull NAME). */
+int celer_hub_resolve(const char *name, char *buf, size_t n);
+
+typedef enum {
+    CELER_PULL_START,   /* a file's download begins (done: bytes already there from an earlier try) */
+    CELER_PULL_BYTES,   /* bytes arrived (done of total) */
+    CELER_PULL_DONE,    /* the file is downloaded and checked */
+    CELER_PULL_CACHED,  /* the file was already in the cache */
+    CELER_PULL_RETRY,   /* the connection dropped; resuming from done */
+} celer_pull_event;
+
+typedef struct {
+    const char *const *include;  /* more files to fetch: glob patterns (fnmatch, '*' stops at '/') */
+    int n_include;
+    /* progress, called on the pulling thread; total is 0 when unknown. May be NULL. */
+    void (*progress)(celer_pull_event ev, const char *file, uint64_t done, uint64_t total, void *ctx);
+    void *ctx;
+} celer_pull_params;
+
+/* Downloads hub model name (ORG/NAME[@REVISION]) from $HF_ENDPOINT into the cache,
+ * with $HF_TOKEN for gated and private models: the files a run needs (config.json,
+ * generation_config.json, tokenizer files, chat templates, *.safetensors (only the
+ * shards model.safetensors.index.json names, when it is there) and the index) plus
+ * those p->include matches. Files already cached are kept; a partial download
+ * (blobs/ETAG.incomplete) is resumed; each file's size and, for LFS files, SHA-256
+ * are checked before it enters the cache. The snapshot's links and refs/REVISION are
+ * written only once every file is in, so a failed pull leaves nothing under
+ * snapshots/. buf (n bytes) gets the snapshot directory. 0, or -1 with a message
+ * (gated: accept the licence and set HF_TOKEN; no such model or revision; disk full;
+ * connection lost: run again to resume). p may be NULL. */
+int celer_hub_pull(const char *name, const celer_pull_params *p, char *buf, size_t n);
+
 #include "celer_tokenizer.h"
 
 #ifdef __cplusplus

@@ -103,7 +103,7 @@ void celer_settings_print(FILE *f) {
         const char *now = setting_str((setting_id)i);
         fprintf(f, "  %-26s %-4s default %-6s %s%s%s%s\n", table[i].name, types[table[i].type],
                 table[i].def ? table[i].def : "unset", table[i].meaning, env_value[i] ? " [set: " : "",
-                env_value[i] ? (table[i].type == T_STR && strstr(table[i].name, "KEY") ? "***" : now) : "",
+                env_value[i] ? (table[i].type == T_STR && (strstr(table[i].name, "KEY") || strstr(table[i].name, "TOKEN")) ? "***" : now) : "",
                 env_value[i] ? "]" : "");
     }
 }

@@ -27,7 +27,12 @@
     X(CUK_GEMM_BF16X1, FLAG, "0", "1: GPU bf16 GEMMs use one bf16 term instead of two (faster, less exact)")       \
     X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \
     X(CUK_ATTN_PER_QUERY, FLAG, "0", "1: GPU prefill attention uses the per-query kernel instead of tiles")         \
-    X(HOME, STR, NULL, "where `celer run` keeps its history (~/.celer_history)")                                   \
+    X(HOME, STR, NULL, "where `celer run` keeps its history (~/.celer_history); the hub cache's last fallback")   \
+    X(HF_HUB_CACHE, STR, NULL, "the Hugging Face hub cache models are looked up in and pulled to (docs/hub.md)")   \
+    X(HF_HOME, STR, NULL, "Hugging Face's home: the hub cache is $HF_HOME/hub when HF_HUB_CACHE is unset")         \
+    X(XDG_CACHE_HOME, STR, NULL, "the hub cache is $XDG_CACHE_HOME/huggingface/hub when HF_HOME is unset too")     \
+    X(HF_ENDPOINT, STR, "https://huggingface.co", "the hub `celer pull` downloads from")                           \
+    X(HF_TOKEN, STR, NULL, "celer pull: access token for gated and private models (sent as a Bearer token)")       \
     X(LLAMA_ARG_MODEL, STR, NULL, "serve: --model when the flag is absent (llama-server's name)")                  \
     X(LLAMA_ARG_ALIAS, STR, NULL, "serve: --alias")                                                                \
     X(LLAMA_ARG_HOST, STR, NULL, "serve: --host")                                                                  \

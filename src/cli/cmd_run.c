@@ -484,6 +484,8 @@ int cmd_run(int argc, char **argv) {
         }
         if (!c.quiet) fprintf(stderr, "celer: the default model (%s)\n", dir);
     }
+    char hubbuf[PATH_MAX + 64]; /* a hub name's snapshot directory; on a terminal, offers to pull it */
+    if (!(dir = cli_model_resolve("run", dir, hubbuf, sizeof hubbuf, 1))) return 1;
     const char *prompt = args_get(&a, "--prompt"), *sys = args_get(&a, "--system");
     int status = 1;
     /* The model's worker threads start with SIGINT blocked, so Ctrl-C always

@@ -100,6 +100,7 @@ int cmd_serve(int argc, char **argv) {
     if (!(cfg.model_dir = cli_model_arg(&a, defbuf, sizeof defbuf))) return 2;
     cfg.tokenizer_dir = args_get(&a, "--tokenizer");
     cfg.alias = args_get(&a, "--alias");
+    if (!cfg.alias && cfg.model_dir == defbuf && args_get(&a, "--model")) cfg.alias = args_get(&a, "--model"); /* a hub name */
     cfg.host = args_get(&a, "--host") ? args_get(&a, "--host") : "127.0.0.1";
     cfg.port = (int)port;
     cfg.n_parallel = (int)np;

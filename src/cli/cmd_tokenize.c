@@ -2,6 +2,7 @@
  * the tokenizer of a checkpoint directory from the command line, one JSON value per
  * line in and out, so that scripts can compare with Hugging Face line by line. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "celer_tokenizer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "tokenizer/tjson.h"
 
 static const char *tokenizer_dir(const args *a) {
@@ -23,6 +25,8 @@ static celer_tokenizer *open_tokenizer(const args *a) {
         args_usage_error(a, "missing --tokenizer DIR (or -m DIR)");
         return NULL;
     }
+    char hubbuf[PATH_MAX + 64]; /* a hub name's snapshot in the Hugging Face cache */
+    if (!(dir = cli_model_resolve(a->cmd, dir, hubbuf, sizeof hubbuf, 0))) return NULL;
     celer_tokenizer *t = celer_tokenizer_open(dir);
     if (!t) cli_error(a->cmd, "%s", celer_last_error());
     return t;

@@ -13,4 +13,5 @@ int cmd_cache(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_arch(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
 #endif

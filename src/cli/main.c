@@ -21,6 +21,7 @@ static const struct {
     {"cache", cmd_cache, "evaluate tokens from and/or into a KV cache file (--load-cache, --save-cache)"},
     {"serve", cmd_serve, "serve the model over an OpenAI-compatible HTTP API (llama-server flags)"},
     {"inspect", cmd_inspect, "parameters, weight bytes and formats, KV bytes per context, and whether it fits in memory"},
+    {"pull", cmd_pull, "download a model from the Hugging Face hub into its cache (ORG/NAME[@REVISION])"},
     {"arch", cmd_arch, "list the model families (config.json model_type values) celer loads"},
 };
 
