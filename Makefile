@@ -15,8 +15,7 @@ SANFLAGS :=
 endif
 
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -pthread -Iinclude -Isrc $(SANFLAGS) $(EXTRA_CFLAGS)
-# -rdynamic: libceler-cuda.so, loaded with dlopen, uses the executable's err_* and weight helpers.
-LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -ldl -pthread -rdynamic
+LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -ldl -pthread
 # celer pull downloads over HTTPS with libcurl (Debian's libcurl4-openssl-dev); --as-needed:
 # binaries that never download (tests, the CUDA test programs) do not need libcurl.so.
 LDLIBS  += -Wl,--as-needed -lcurl
@@ -118,7 +117,7 @@ CUDA_C_OBJ := $(CUDA_C_SRC:%.c=$(B)/obj/%.o)
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++ \
                -Wl,-Bstatic -ljansson -lpcre2-8 -lutf8proc -Wl,-Bdynamic -lm -pthread
 
-$(B)/obj/%.o: %.cu $(wildcard src/backend/cuda/*.cuh src/backend/cuda/*.h)
+$(B)/obj/%.o: %.cu $(wildcard src/backend/cuda/*.cuh src/backend/cuda/*.h src/backend/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -130,9 +129,11 @@ $(B)/libceler_cuda.a: $(CUDA_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-# Symbols of libceler (err_*, the CPU router) come from the executable that loads it.
+# The library links nothing of libceler: what it calls of the program (err_*, settings,
+# the CPU router) comes through the table its entry is given (host.c); -z defs fails
+# the link on any symbol left undefined.
 $(B)/libceler-cuda.so: $(CUDA_OBJ) $(CUDA_C_OBJ)
-	$(CC) -shared -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++ -lm -pthread
+	$(CC) -shared -Wl,-z,defs -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++ -lm -pthread
 
 $(B)/tests/cuda/test_cuda_kernels: tests/cuda/test_cuda_kernels.c $(B)/libceler_cuda.a $(B)/libceler.a
 	@mkdir -p $(dir $@)

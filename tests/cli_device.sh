@@ -33,6 +33,12 @@ if [ ! -e /dev/nvidiactl ]; then
   out=$("$C" generate --device cuda --tokens 1,2 -n 1 2>&1); rc=$?
   if [ $rc != 0 ] && grep -q "device cuda" <<<"$out"; then ok "--device cuda without a GPU: $out"
   else bad "--device cuda without a GPU ($rc): $out"; fi
+  if [ -e "$(dirname "$C")/libceler-cuda.so" ]; then
+    # the library loaded and its own message reached the program through the table of
+    # host functions it was given (cuda_host_api: the program exports nothing)
+    if [ $rc != 0 ] && grep -q "device cuda: no CUDA GPU" <<<"$out"; then ok "libceler-cuda.so reports through the host table"
+    else bad "libceler-cuda.so's message did not reach the program ($rc): $out"; fi
+  fi
 fi
 echo "@@ $pass passed $fail failed"
 [ $fail = 0 ]

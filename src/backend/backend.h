@@ -2,11 +2,14 @@
  * its threads and scratch; activations are float32 in buffers the caller allocates
  * through the backend (alloc), so a device backend keeps them in device memory.
  * Weights are bound on the host and handed to the backend once (upload_weight).
- * The CPU backend is the reference; others must agree with it on every fixture. */
+ * The CPU backend is the reference; others must agree with it on every fixture.
+ * The arithmetic ops are described once, in backend/ops_list.h (docs/howto.md). */
 #ifndef CELER_BACKEND_H
 #define CELER_BACKEND_H
 #include <stdint.h>
 
+#include "backend/ops_list.h"
+#include "base/settings.h"
 #include "tensor/weight.h"
 
 /* RoPE over pairs (i, i + dim/2) for i < dim/2 of each head's first `dim` channels. */
@@ -117,52 +120,10 @@ typedef struct {
      * message when the device failed). */
     int (*sample)(backend *b, const float *logits, int V, const sample_params *p, double u, int32_t *tok, int slot);
     int32_t (*sampled)(backend *b, int slot);
-    /* ---- arithmetic ------------------------------------------------------------- */
-    /* W [rows, cols] @ x [T, cols] -> y [T, rows] */
-    void (*matmul)(backend *b, const weight *w, const float *x, float *y, int T);
-    /* y [T, n] = x * rsqrt(mean(x^2) + eps) * (w or 1 + w or 1 when w is NULL); y may be x */
-    void (*rmsnorm)(backend *b, const float *x, const float *w, float *y, int T, int n, float eps, int plus_one);
-    /* A residual add fused with the norms around it: x [T, n] += d', with d' = d *
-     * rsqrt(mean(d^2) + eps) * (dw | 1 + dw) when dw is not NULL (a post-norm) and d
-     * otherwise; then, when y is not NULL, y [T, n] = rmsnorm(x) as rmsnorm does with
-     * w (NULL: no weight). y may be d. Same arithmetic as the separate ops. */
-    void (*add_rmsnorm)(backend *b, float *x, const float *d, const float *dw, const float *w, float *y, int T, int n,
-                        float eps, int plus_one);
-    /* Per head of q [T, n_heads, head_dim] and k [T, n_kv, head_dim] (k may be NULL),
-     * in place: RMSNorm with qw / kw (NULL: no weight) when norm, then RoPE at
-     * positions pos [T] when r is not NULL. Same arithmetic as rmsnorm and rope. */
-    void (*qk_norm_rope)(backend *b, float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm,
-                         const float *qw, const float *kw, float eps, int plus_one, const int32_t *pos,
-                         const rope_table *r);
-    /* x [T, n_heads, head_dim] rotated in place at positions pos [T] */
-    void (*rope)(backend *b, float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r);
-    /* q [T, n_heads, head_dim] at positions qpos [T] over kv -> out [T, n_heads, head_dim]; causal */
-    void (*attention)(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv,
-                      const attn_params *p, float *out);
-    /* g [n] <- silu(g) * u  (act 0) or gelu_tanh(g) * u (act 1) */
-    void (*glu)(backend *b, float *g, const float *u, long n, int act);
-    /* x [n] *= s */
-    void (*scale)(backend *b, float *x, long n, float s);
-    /* x [n] <- cap * tanh(x / cap) */
-    void (*softcap)(backend *b, float *x, long n, float cap);
-    /* Router logits [T, E] -> the top k experts of each token sel [T, k] and their
-     * weights w [T, k]. kind 0: top-k of the logits, softmax over the k; kind 1:
-     * softmax over all E, top-k, renormalized to sum 1, times expert_scale[e] (or 1). */
-    void (*moe_route)(backend *b, const float *logits, int T, int E, int k, int kind,
-                      const float *expert_scale, int32_t *sel, float *w);
-    /* out [T, H] = sum over j < k of w[t, j] * expert_{sel[t, j]}(x [T, H]) where
-     * expert(x) = down(act(gate(x) + bg, up(x) + bu)) + bd. Only the selected experts
-     * run, each over the tokens routed to it. work holds MOE_WORK(T, H, I) floats. */
-    void (*moe)(backend *b, const moe_experts *e, const float *x, const int32_t *sel, const float *w,
-                int T, float *out, float *work);
-    /* y [n] += x */
-    void (*add)(backend *b, float *y, const float *x, long n);
-    /* x [T, cols] = rows tok [T] (backend memory) of the embedding weight, times scale */
-    void (*embed)(backend *b, const weight *w, const int32_t *tok, int T, float scale, float *x);
-    /* Slots [slot, slot + n) of a cache buffer <- rows k, v [n, row] (backend memory):
-     * kd, vd [slots, row] and their positions pd [slots] <- pos [n] (host memory). */
-    void (*put_rows)(backend *b, float *kd, float *vd, int32_t *pd, long row, int slot, const float *k, const float *v,
-                     const int32_t *pos, int n);
+    /* ---- arithmetic: one member per op of backend/ops_list.h (contracts there) ----- */
+#define BACKEND_OP_MEMBER(name, mode) void (*name)(backend * b OP_ARGS_##name(OPA_PARAM));
+    BACKEND_OPS(BACKEND_OP_MEMBER)
+#undef BACKEND_OP_MEMBER
 } backend_ops;
 
 struct backend {
@@ -181,7 +142,20 @@ backend *backend_open(const char *device, int n_threads, int64_t max_cols);
 void backend_free(backend *b);
 int backend_threads(const backend *b);
 
-/* What libceler-cuda.so exports (resolved with dlsym). */
-typedef backend *(*backend_cuda_new_fn)(int device_id, int64_t max_cols);
+/* What libceler-cuda.so uses of the program that opens it, handed to its entry: the
+ * library links nothing of libceler, so the program's own error message, settings
+ * table and CPU expert router serve both (backend_open.c fills it). */
+typedef struct {
+    int (*err_set)(const char *fmt, ...);
+    const char *(*err_msg)(void);
+    int (*setting_flag)(setting_id id);
+    long (*setting_int)(setting_id id);
+    const char *(*setting_str)(setting_id id);
+    void (*moe_route)(backend *b OP_ARGS_moe_route(OPA_PARAM)); /* the CPU's, called with b NULL */
+} cuda_host_api;
+
+/* What libceler-cuda.so exports (resolved with dlsym): the backend on GPU device_id,
+ * using host's functions from then on (host must outlive every backend it made). */
+typedef backend *(*backend_cuda_new_fn)(int device_id, int64_t max_cols, const cuda_host_api *host);
 #define BACKEND_CUDA_ENTRY "celer_backend_cuda_new"
 #endif

@@ -1,7 +1,9 @@
 /* backend/backend_open.c: picks the backend a device string names. The CUDA backend
  * lives in its own shared library (libceler-cuda.so, next to the executable or named
  * by $CELER_CUDA_LIB) so that the celer binary runs on machines without the CUDA
- * libraries; it is loaded with dlopen the first time a GPU is asked for. */
+ * libraries; it is loaded with dlopen the first time a GPU is asked for, and given
+ * the few functions of the program it calls (cuda_host_api): the program exports
+ * nothing. */
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 
 #include "base/settings.h"
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "base/err.h"
 
 /* dlopen handle of libceler-cuda.so, kept for the life of the process (backends
@@ -59,6 +62,16 @@ static void *open_cuda_lib(char *tried, size_t nt, char *why, size_t nw) {
     return g_cuda_lib = h;
 }
 
+/* What the library calls back into (it links nothing of libceler). */
+static const cuda_host_api g_host = {
+    .err_set = err_set,
+    .err_msg = err_msg,
+    .setting_flag = setting_flag,
+    .setting_int = setting_int,
+    .setting_str = setting_str,
+    .moe_route = cpu_moe_route,
+};
+
 static backend *open_cuda(int id, int64_t max_cols) {
     char tried[1024] = "", why[512] = "";
     void *h = open_cuda_lib(tried, sizeof tried, why, sizeof why);
@@ -72,7 +85,7 @@ static backend *open_cuda(int id, int64_t max_cols) {
         err_set("libceler-cuda.so has no %s (a stale build? run `make cuda`)", BACKEND_CUDA_ENTRY);
         return NULL;
     }
-    return make(id, max_cols);
+    return make(id, max_cols, &g_host);
 }
 
 /* A GPU the driver exposes: its device node exists. Checked before loading the

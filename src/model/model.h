@@ -11,7 +11,7 @@
 #include "backend/backend.h"
 #include "io/checkpoint.h"
 #include "kv/cache.h"
-#include "tensor/weight.h"
+#include "tensor/weight_bind.h"
 
 typedef enum { ROPE_NONE, ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN, ROPE_PROPORTIONAL } rope_type;
 

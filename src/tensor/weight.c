@@ -1,7 +1,7 @@
 /* tensor/weight.c: binds checkpoint tensors as weights (plain, MLX-quantized, MXFP4;
  * single matrices or per-expert slices of stacked expert tensors),
  * reads the quantization settings of config.json, and dequantizes rows. */
-#include "tensor/weight.h"
+#include "tensor/weight_bind.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +186,19 @@ static int check_aligned(const checkpoint *c, const st_tensor *t, const char *na
     return err_set("%s: %s: packed data is not 4-byte aligned in the file", ckpt_where(c, name), name);
 }
 
+/* Points the n experts' arrays at consecutive slices of stacked tensors; every
+ * expert's format and shape are already set. */
+static void bind_slices(weight *w, int n, const char *data, const char *scales, const char *biases) {
+    size_t d, s, b;
+    weight_sizes(w, &d, &s, &b);
+    for (int e = 0; e < n; e++) {
+        w[e].data = data + e * d;
+        w[e].scales = scales ? scales + e * s : NULL;
+        w[e].biases = biases ? biases + e * b : NULL;
+        w[e].nbytes = d + (scales ? s : 0) + (biases ? b : 0);
+    }
+}
+
 int weight_bind_experts(weight *w, const checkpoint *c, const quant_cfg *q, const char *name, int n,
                         int64_t rows, int64_t cols, int in_major, int *in_major_out) {
     char nb[512], ns[512], nw[512], nbi[512];
@@ -201,11 +214,8 @@ int weight_bind_experts(weight *w, const checkpoint *c, const quant_cfg *q, cons
             return err_set("%s: %s: dtype %s is not a float weight (want BF16, F16 or F32)", ckpt_where(c, name), name, st_dtype_name(t->dtype));
         int64_t want[3] = {n, in_major ? cols : rows, in_major ? rows : cols};
         if (want_nd(c, t, name, 3, want, st_dtype_name(t->dtype)) != 0) return -1;
-        size_t per = (size_t)(rows * cols) * st_dtype_size(t->dtype);
-        for (int e = 0; e < n; e++) {
-            w[e].fmt = f, w[e].data = (const char *)t->data + e * per, w[e].nbytes = per;
-            w[e].rows = want[1], w[e].cols = want[2];
-        }
+        for (int e = 0; e < n; e++) w[e].fmt = f, w[e].rows = want[1], w[e].cols = want[2];
+        bind_slices(w, n, t->data, NULL, NULL);
         *in_major_out = in_major;
         return 0;
     }
@@ -220,13 +230,8 @@ int weight_bind_experts(weight *w, const checkpoint *c, const quant_cfg *q, cons
         if (bl->dtype != ST_U8) return err_set("%s: %s: want U8 blocks, got %s", ckpt_where(c, nb), nb, st_dtype_name(bl->dtype));
         if (sc->dtype != ST_U8) return err_set("%s: %s: want U8 (e8m0) scales, got %s", ckpt_where(c, ns), ns, st_dtype_name(sc->dtype));
         if (want_nd(c, bl, nb, 4, wb, "U8") || want_nd(c, sc, ns, 3, ws, "U8") || check_aligned(c, bl, nb)) return -1;
-        size_t pb = (size_t)(rows * cols / 2), ps = (size_t)(rows * cols / 32);
-        for (int e = 0; e < n; e++) {
-            w[e].fmt = WF_MXFP4, w[e].bits = 4, w[e].group = 32;
-            w[e].data = (const char *)bl->data + e * pb;
-            w[e].scales = (const char *)sc->data + e * ps;
-            w[e].nbytes = pb + ps;
-        }
+        for (int e = 0; e < n; e++) w[e].fmt = WF_MXFP4, w[e].bits = 4, w[e].group = 32;
+        bind_slices(w, n, bl->data, sc->data, NULL);
         return 0;
     }
     snprintf(nw, sizeof nw, "%s.weight", name);
@@ -239,8 +244,8 @@ int weight_bind_experts(weight *w, const checkpoint *c, const quant_cfg *q, cons
             return err_set("%s: %s: dtype %s is not a float weight and there is no %s", ckpt_where(c, nw), nw, st_dtype_name(t->dtype), ns);
         int64_t want[3] = {n, rows, cols};
         if (want_nd(c, t, nw, 3, want, st_dtype_name(t->dtype)) != 0) return -1;
-        size_t per = (size_t)(rows * cols) * st_dtype_size(t->dtype);
-        for (int e = 0; e < n; e++) w[e].fmt = f, w[e].data = (const char *)t->data + e * per, w[e].nbytes = per;
+        for (int e = 0; e < n; e++) w[e].fmt = f;
+        bind_slices(w, n, t->data, NULL, NULL);
         return 0;
     }
     /* mlx-community: packed u32 codes [n, rows, cols*bits/32] with per-group scales */
@@ -266,15 +271,11 @@ int weight_bind_experts(weight *w, const checkpoint *c, const quant_cfg *q, cons
         if (bi->dtype != sc->dtype) return err_set("%s: %s has dtype %s but %s has %s", ckpt_where(c, nbi), nbi, st_dtype_name(bi->dtype), ns, st_dtype_name(sc->dtype));
         if (want_nd(c, bi, nbi, 3, wsc, st_dtype_name(bi->dtype))) return -1;
     }
-    size_t pq = (size_t)(rows * cols * s.bits / 8), pg = (size_t)(rows * (cols / s.group)) * st_dtype_size(sc->dtype);
     for (int e = 0; e < n; e++) {
         w[e].fmt = s.mode == QM_MXFP4 ? WF_MXFP4 : WF_AFFINE;
         w[e].bits = s.bits, w[e].group = s.group, w[e].stype = stype;
-        w[e].data = (const char *)t->data + e * pq;
-        w[e].scales = (const char *)sc->data + e * pg;
-        w[e].biases = bi ? (const char *)bi->data + e * pg : NULL;
-        w[e].nbytes = pq + pg * (bi ? 2 : 1);
     }
+    bind_slices(w, n, t->data, sc->data, bi ? bi->data : NULL);
     return 0;
 }
 

@@ -208,7 +208,8 @@ static void ops(void) {
         int32_t pos[TT] = {7, 12345};
         float *dv = dup_dev(v, sizeof v), *dinv = dup_dev(inv, sizeof inv);
         int32_t *dpos = dup_dev(pos, sizeof pos);
-        CHECK(cuk_rope(dv, TT, nh, hd, dpos, dinv, dim, 1.5f, NULL) == 0, "rope");
+        const rope_table rt = {.inv_freq = dinv, .dim = dim, .attn_factor = 1.5f};
+        CHECK(cuk_rope(dv, TT, nh, hd, dpos, &rt, NULL) == 0, "rope");
         float got[TT * nh * hd];
         CK(cudaMemcpy(got, dv, sizeof got, cudaMemcpyDeviceToHost));
         double worst = 0;

@@ -1,8 +1,7 @@
-/* backend/cpu/cpu.c: the CPU backend's op table, its construction, and the
- * element-wise ops (norms, RoPE, gated activations, scales, softcaps, residual adds,
+/* backend/cpu/cpu.c: the CPU backend's op table (one entry per op of
+ * backend/ops_list.h), its construction, and the element-wise ops (norms, RoPE, gated activations, scales, softcaps, residual adds,
  * embedding rows). Mixture-of-experts ops live in moe.c. */
 #include "backend/cpu/cpu.h"
-#include "backend/cpu/ops.h"
 #include "backend/cpu/bandwidth.h"
 
 #include <math.h>
@@ -15,7 +14,7 @@
 
 static cpu_backend *cpu(backend *b) { return b->impl; }
 
-static void cpu_rmsnorm(backend *b, const float *x, const float *w, float *y, int T, int n, float eps, int plus_one) {
+void cpu_rmsnorm(backend *b, const float *x, const float *w, float *y, int T, int n, float eps, int plus_one) {
     (void)b;
     for (int t = 0; t < T; t++) {
         const float *xr = x + (long)t * n;
@@ -30,7 +29,7 @@ static void cpu_rmsnorm(backend *b, const float *x, const float *w, float *y, in
     }
 }
 
-static void cpu_rope(backend *b, float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r) {
+void cpu_rope(backend *b, float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r) {
     (void)b;
     enum { CH = 256 }; /* pairs whose cos/sin are computed at once, shared by every head */
     int half = r->dim / 2;
@@ -55,7 +54,7 @@ static void cpu_rope(backend *b, float *x, int T, int n_heads, int head_dim, con
     }
 }
 
-static void cpu_add_rmsnorm(backend *b, float *x, const float *d, const float *dw, const float *w, float *y, int T, int n,
+void cpu_add_rmsnorm(backend *b, float *x, const float *d, const float *dw, const float *w, float *y, int T, int n,
                             float eps, int plus_one) {
     for (int t = 0; t < T; t++) {
         float *xr = x + (long)t * n;
@@ -69,7 +68,7 @@ static void cpu_add_rmsnorm(backend *b, float *x, const float *d, const float *d
     if (y) cpu_rmsnorm(b, x, w, y, T, n, eps, plus_one);
 }
 
-static void cpu_qk_norm_rope(backend *b, float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm,
+void cpu_qk_norm_rope(backend *b, float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm,
                              const float *qw, const float *kw, float eps, int plus_one, const int32_t *pos,
                              const rope_table *r) {
     if (norm) cpu_rmsnorm(b, q, qw, q, T * n_heads, head_dim, eps, plus_one);
@@ -78,7 +77,7 @@ static void cpu_qk_norm_rope(backend *b, float *q, float *k, int T, int n_heads,
     if (r && k) cpu_rope(b, k, T, n_kv, head_dim, pos, r);
 }
 
-static void cpu_glu(backend *b, float *g, const float *u, long n, int act) {
+void cpu_glu(backend *b, float *g, const float *u, long n, int act) {
     (void)b;
     if (act == 0) {
         for (long i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
@@ -91,23 +90,23 @@ static void cpu_glu(backend *b, float *g, const float *u, long n, int act) {
     }
 }
 
-static void cpu_scale(backend *b, float *x, long n, float s) {
+void cpu_scale(backend *b, float *x, long n, float s) {
     (void)b;
     for (long i = 0; i < n; i++) x[i] *= s;
 }
 
-static void cpu_softcap(backend *b, float *x, long n, float cap) {
+void cpu_softcap(backend *b, float *x, long n, float cap) {
     (void)b;
     /* divide then multiply, as transformers does, rather than scaling by 1/cap */
     for (long i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
 }
 
-static void cpu_add(backend *b, float *y, const float *x, long n) {
+void cpu_add(backend *b, float *y, const float *x, long n) {
     (void)b;
     for (long i = 0; i < n; i++) y[i] += x[i];
 }
 
-static void cpu_embed(backend *b, const weight *w, const int32_t *tok, int T, float scale, float *x) {
+void cpu_embed(backend *b, const weight *w, const int32_t *tok, int T, float scale, float *x) {
     (void)b;
     for (int t = 0; t < T; t++) {
         float *row = x + (long)t * w->cols;
@@ -117,7 +116,7 @@ static void cpu_embed(backend *b, const weight *w, const int32_t *tok, int T, fl
     }
 }
 
-static void cpu_put_rows(backend *b, float *kd, float *vd, int32_t *pd, long row, int slot, const float *k,
+void cpu_put_rows(backend *b, float *kd, float *vd, int32_t *pd, long row, int slot, const float *k,
                          const float *v, const int32_t *pos, int n) {
     (void)b;
     memcpy(kd + (long)slot * row, k, (size_t)n * (size_t)row * sizeof(float));
@@ -174,20 +173,9 @@ static const backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .status = cpu_status,
     .bandwidth = cpu_bandwidth,
-    .matmul = cpu_matmul,
-    .rmsnorm = cpu_rmsnorm,
-    .rope = cpu_rope,
-    .add_rmsnorm = cpu_add_rmsnorm,
-    .qk_norm_rope = cpu_qk_norm_rope,
-    .attention = cpu_attention,
-    .glu = cpu_glu,
-    .scale = cpu_scale,
-    .softcap = cpu_softcap,
-    .moe_route = cpu_moe_route,
-    .moe = cpu_moe,
-    .add = cpu_add,
-    .embed = cpu_embed,
-    .put_rows = cpu_put_rows,
+#define CPU_OP_ENTRY(name, mode) .name = cpu_##name,
+    BACKEND_OPS(CPU_OP_ENTRY)
+#undef CPU_OP_ENTRY
 };
 
 backend *backend_cpu_new(int n_threads, int64_t max_cols) {

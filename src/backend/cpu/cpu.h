@@ -1,5 +1,6 @@
 /* backend/cpu/cpu.h: internals shared by the CPU backend's files: the backend state,
- * the matmul kernel signature, its scratch contract and the kernel selectors. */
+ * the matmul kernel signature, its scratch contract and the kernel selectors, and the
+ * entry points of the ops. */
 #ifndef CELER_CPU_H
 #define CELER_CPU_H
 #include "backend/backend.h"
@@ -43,7 +44,9 @@ mm_kernel mm_select_avx2(const weight *w, int T);
 const char *mm_kernel_name_avx2(mm_kernel k);
 int cpu_has_avx2(void);
 
-void cpu_matmul(backend *b, const weight *w, const float *x, float *y, int T);
-void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv,
-                   const attn_params *p, float *out);
+/* The CPU's entry point of every op of backend/ops_list.h: cpu_<op>, with the table's
+ * signature (element-wise ops in cpu.c, matmul.c, attention.c, moe.c). */
+#define CPU_OP_PROTO(name, mode) void cpu_##name(backend *b OP_ARGS_##name(OPA_PARAM));
+BACKEND_OPS(CPU_OP_PROTO)
+#undef CPU_OP_PROTO
 #endif

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
-#include "backend/cpu/ops.h"
 #include "tensor/dtype.h"
 
 /* Indices of the k largest of v [n] into sel [k], largest first; ties keep the lower index. */

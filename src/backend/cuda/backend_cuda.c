@@ -25,10 +25,6 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "base/err.h"
 
-/* the CPU's router (backend/cpu/moe.c), resolved from the executable */
-void cpu_moe_route(backend *b, const float *logits, int T, int E, int k, int kind, const float *expert_scale, int32_t *sel,
-                   float *w);
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -167,27 +163,6 @@ void cuda_wait_end(cuda_backend *c) {
 }
 
 /* ---- weights ----------------------------------------------------------------- */
-
-static size_t scale_size(scale_type t) { return t == SC_F32 ? 4 : 2; }
-
-/* Bytes of w's data, scales and biases as bound. */
-static void weight_sizes(const weight *w, size_t *data, size_t *scales, size_t *biases) {
-    const size_t n = (size_t)w->rows * (size_t)w->cols;
-    *data = *scales = *biases = 0;
-    switch (w->fmt) {
-    case WF_F32: *data = n * 4; break;
-    case WF_F16:
-    case WF_BF16: *data = n * 2; break;
-    case WF_AFFINE:
-        *data = n * (size_t)w->bits / 8;
-        *scales = *biases = n / (size_t)w->group * scale_size(w->stype);
-        break;
-    case WF_MXFP4:
-        *data = n / 2;
-        *scales = n / 32;
-        break;
-    }
-}
 
 static void *dup_up(backend *b, const void *host, size_t n) {
     void *d = cuda_alloc(b, n);
@@ -330,7 +305,7 @@ static void *host_stage(cuda_backend *c, size_t bytes) {
 
 /* Routing is a few hundred floats per token: it runs on the host, exactly as the
  * CPU backend computes it. */
-static void cuda_moe_route(backend *b, const float *logits, int T, int E, int k, int kind, const float *expert_scale,
+void cuda_moe_route(backend *b, const float *logits, int T, int E, int k, int kind, const float *expert_scale,
                            int32_t *sel, float *w) {
     cuda_backend *c = cu(b);
     cuda_step_stop(c);
@@ -342,7 +317,7 @@ static void cuda_moe_route(backend *b, const float *logits, int T, int E, int k,
     int32_t *hsel = (int32_t *)(hw + ns);
     cuda_download(b, hl, logits, nl * 4);
     if (expert_scale) cuda_download(b, hs, expert_scale, (size_t)E * 4);
-    cpu_moe_route(NULL, hl, T, E, k, kind, expert_scale ? hs : NULL, hsel, hw);
+    cuda_host()->moe_route(NULL, hl, T, E, k, kind, expert_scale ? hs : NULL, hsel, hw); /* the CPU's router */
     cuda_upload(b, sel, hsel, ns * 4);
     cuda_upload(b, w, hw, ns * 4);
     cudaStreamSynchronize(c->stream); /* the staging is reused by the next call */
@@ -350,7 +325,7 @@ static void cuda_moe_route(backend *b, const float *logits, int T, int E, int k,
 
 static const float *bias_of(const float *base, long off) { return base ? base + off : NULL; }
 
-static void cuda_moe(backend *b, const moe_experts *e, const float *x, const int32_t *sel, const float *w, int T, float *out,
+void cuda_moe(backend *b, const moe_experts *e, const float *x, const int32_t *sel, const float *w, int T, float *out,
                      float *work) {
     cuda_backend *c = cu(b);
     cuda_step_stop(c);
@@ -497,24 +472,14 @@ static const backend_ops cuda_ops = {
     .step_end = cuda_step_end,
     .sample = cuda_sample,
     .sampled = cuda_sampled,
-    .matmul = cuda_matmul,
-    .rmsnorm = cuda_rmsnorm,
-    .rope = cuda_rope,
-    .add_rmsnorm = cuda_add_rmsnorm,
-    .qk_norm_rope = cuda_qk_norm_rope,
-    .attention = cuda_attention,
-    .glu = cuda_glu,
-    .scale = cuda_scale,
-    .softcap = cuda_softcap,
-    .moe_route = cuda_moe_route,
-    .moe = cuda_moe,
-    .add = cuda_add,
-    .embed = cuda_embed,
-    .put_rows = cuda_put_rows,
+#define CUDA_OP_ENTRY(name, mode) .name = cuda_##name,
+    BACKEND_OPS(CUDA_OP_ENTRY)
+#undef CUDA_OP_ENTRY
 };
 
-backend *celer_backend_cuda_new(int device_id, int64_t max_cols) {
+backend *celer_backend_cuda_new(int device_id, int64_t max_cols, const cuda_host_api *host) {
     (void)max_cols;
+    cuda_host_set(host); /* before anything can call err_set */
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {

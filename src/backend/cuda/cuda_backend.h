@@ -15,39 +15,45 @@ typedef struct {
     size_t cap;
 } grow_buf;
 
-/* One arithmetic op as recorded: every field a kernel launch reads, by value, so
- * two steps that launch the same kernels record byte-identical ops (the struct is
- * zeroed before it is filled). Values that change from step to step (token ids,
- * positions, a cache slot, a key count) are not here but in the step's value block
- * at offset dyn, which the kernels read from device memory when the step runs. */
+/* The record of each recorded op of backend/ops_list.h: its arguments by value,
+ * op_<name>_args (generated from the list). */
+#define CUDA_OP_ARGS(name) typedef struct { OP_ARGS_##name(OPA_FIELD) } op_##name##_args;
+#define CUDA_OP_ARGS_IF(name, mode) OPS_IF_RECORDED(name, mode, CUDA_OP_ARGS)
+BACKEND_OPS(CUDA_OP_ARGS_IF)
+#undef CUDA_OP_ARGS_IF
+#undef CUDA_OP_ARGS
+
+/* Record kinds: the recorded ops of the list, then the backend's own step ops. */
+enum {
+#define CUDA_OP_KIND(name) SOP_##name,
+#define CUDA_OP_KIND_IF(name, mode) OPS_IF_RECORDED(name, mode, CUDA_OP_KIND)
+    BACKEND_OPS(CUDA_OP_KIND_IF)
+#undef CUDA_OP_KIND_IF
+#undef CUDA_OP_KIND
+    SOP_copy,   /* device -> device (backend_ops.copy) */
+    SOP_upload, /* a small upload during a step: its bytes are values */
+    SOP_sample, /* backend_ops.sample */
+    SOP_KINDS
+};
+
+/* One op as recorded: every field a kernel launch reads, by value, so two steps that
+ * launch the same kernels record byte-identical ops (the struct is zeroed before it
+ * is filled). Values that change from step to step (token ids, positions, a cache
+ * slot, a key count) are not here but in the step's value block at offset dyn, which
+ * the kernels read from device memory when the step runs. */
 typedef struct {
     int op;       /* SOP_* */
     int dyn;      /* offset of this op's values in the value block, or -1 */
     union {
-        struct { weight w; const float *x; float *y; int T; } mm;
-        struct { const float *x, *w; float *y; int T, n, plus_one; float eps; } norm;
-        struct { float *x; const int32_t *pos; const float *inv_freq; int T, n_heads, head_dim, dim; float factor; } rope;
-        struct { float *x; const float *d, *dw, *w; float *y; int T, n, plus_one; float eps; } addnorm;
-        struct {
-            float *q, *k;
-            const float *qw, *kw, *inv_freq;
-            const int32_t *pos;
-            int T, n_heads, n_kv, head_dim, norm, plus_one, dim;
-            float eps, factor;
-        } qk;
-        struct { const float *q; const int32_t *qpos; attn_kv kv; attn_params p; float *out; int T; } attn;
-        struct { float *g; const float *u; long n; int act; } glu;
-        struct { float *x; long n; float s; } scale; /* scale and softcap */
-        struct { float *y; const float *x; long n; } add;
-        struct { weight w; const int32_t *tok; float *x; int T; float scale; } embed;
+#define CUDA_OP_MEMBER(name) op_##name##_args name;
+#define CUDA_OP_MEMBER_IF(name, mode) OPS_IF_RECORDED(name, mode, CUDA_OP_MEMBER)
+        BACKEND_OPS(CUDA_OP_MEMBER_IF)
+#undef CUDA_OP_MEMBER_IF
+#undef CUDA_OP_MEMBER
         struct { void *dst; const void *src; size_t n; } copy; /* copy, and upload (src in the value block) */
-        struct { float *kd, *vd; int32_t *pd; long row; int slot, n; const float *k, *v; } put;
         struct { const float *logits; int V; cuk_sample_params p; int32_t *tok, *host; } smp; /* u is a value */
     } u;
 } step_op;
-
-enum { SOP_MATMUL, SOP_RMSNORM, SOP_ROPE, SOP_ATTN, SOP_GLU, SOP_SCALE, SOP_SOFTCAP, SOP_ADD, SOP_EMBED, SOP_COPY,
-       SOP_UPLOAD, SOP_PUT_ROWS, SOP_SAMPLE, SOP_ADD_RMSNORM, SOP_QK_NORM_ROPE, SOP_KINDS };
 
 /* A captured step: its ops and the graph they were captured into. */
 typedef struct {
@@ -113,23 +119,16 @@ void cuda_stage_upload(cuda_backend *c, void *dst, const void *host, size_t n);
 void cuda_wait_begin(cuda_backend *c);
 void cuda_wait_end(cuda_backend *c);
 
-/* step_ops.c: the arithmetic ops of the table, recorded or run at once */
-void cuda_matmul(backend *b, const weight *w, const float *x, float *y, int T);
-void cuda_rmsnorm(backend *b, const float *x, const float *w, float *y, int T, int n, float eps, int plus_one);
-void cuda_rope(backend *b, float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r);
-void cuda_add_rmsnorm(backend *b, float *x, const float *d, const float *dw, const float *w, float *y, int T, int n,
-                      float eps, int plus_one);
-void cuda_qk_norm_rope(backend *b, float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm,
-                       const float *qw, const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r);
-void cuda_attention(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p,
-                    float *out);
-void cuda_glu(backend *b, float *g, const float *u, long n, int act);
-void cuda_scale(backend *b, float *x, long n, float s);
-void cuda_softcap(backend *b, float *x, long n, float cap);
-void cuda_add(backend *b, float *y, const float *x, long n);
-void cuda_embed(backend *b, const weight *w, const int32_t *tok, int T, float scale, float *x);
-void cuda_put_rows(backend *b, float *kd, float *vd, int32_t *pd, long row, int slot, const float *k, const float *v,
-                   const int32_t *pos, int n);
+/* host.c: the program's functions (backend_open.c), set by celer_backend_cuda_new.
+ * err_set, err_msg and setting_* of the library's code forward to them. */
+void cuda_host_set(const cuda_host_api *h);
+const cuda_host_api *cuda_host(void);
+
+/* The entry of every op of backend/ops_list.h: for recorded ops, the recorder
+ * step_ops.c generates; for HOST ops, backend_cuda.c's hand-written code. */
+#define CUDA_OP_PROTO(name, mode) void cuda_##name(backend *b OP_ARGS_##name(OPA_PARAM));
+BACKEND_OPS(CUDA_OP_PROTO)
+#undef CUDA_OP_PROTO
 void cuda_step_copy(backend *b, void *dst, const void *src, size_t n);
 int cuda_sample(backend *b, const float *logits, int V, const sample_params *p, double u, int32_t *tok, int slot);
 int32_t cuda_sampled(backend *b, int slot);

@@ -46,26 +46,14 @@ int cuk_gemm(void *cublas, const weight *w, const float *x, float *y, int T, uin
              int64_t wbf_rows, cuk_stream s);
 /* dst [n] = bf16(src [n]) */
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);
-/* y [T, n] = x * rsqrt(mean(x^2) + eps) * (w | 1 + w | 1) */
-int cuk_rmsnorm(const float *x, const float *w, float *y, int T, int n, float eps, int plus_one, cuk_stream s);
-/* x [T, n] += d (or rmsnorm(d) * dw when dw != NULL), then y = rmsnorm(x) * w when y != NULL
- * (backend.h's add_rmsnorm) */
-int cuk_add_rmsnorm(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n, float eps,
-                    int plus_one, cuk_stream s);
-/* per head of q [T, n_heads, hd] and k [T, n_kv, hd] (or NULL): RMSNorm (norm) then
- * RoPE (inv_freq != NULL), head_dim <= 512 (backend.h's qk_norm_rope) */
-int cuk_qk_norm_rope(float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm, const float *qw,
-                     const float *kw, float eps, int plus_one, const int32_t *pos, const float *inv_freq, int dim,
-                     float attn_factor, cuk_stream s);
-/* x [T, n_heads, head_dim] rotated in place; pos [T] and inv_freq [dim/2] on the device */
-int cuk_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const float *inv_freq, int dim,
-             float attn_factor, cuk_stream s);
-/* g [n] = act(g) * u  (act 0: silu, 1: gelu_tanh) */
-int cuk_glu(float *g, const float *u, long n, int act, cuk_stream s);
-/* y [n] += x */
-int cuk_add(float *y, const float *x, long n, cuk_stream s);
-/* x [T, cols] = rows tok [T] of w, times scale */
-int cuk_embed(const weight *w, const int32_t *tok, int T, float scale, float *x, cuk_stream s);
+/* The launcher of every KERNEL op of backend/ops_list.h (contracts there):
+ * cuk_<op>(its arguments, stream), S arguments as pointers read on the host at
+ * launch (rope_table: inv_freq on the device). qk_norm_rope needs head_dim <= 512. */
+#define CUK_OP_PROTO(name) int cuk_##name(OP_ARGS_##name(OPA_KPARAM) cuk_stream stream);
+#define CUK_OP_PROTO_IF(name, mode) OPS_IF_KERNEL(name, mode, CUK_OP_PROTO)
+BACKEND_OPS(CUK_OP_PROTO_IF)
+#undef CUK_OP_PROTO_IF
+#undef CUK_OP_PROTO
 /* Causal GQA attention over kv (device pointers), as the CPU backend computes it,
  * split over the key range; work holds cuk_attention_work(...) floats. With n_dev
  * (device memory) the key count is read from there when the kernel runs; kv->n then
@@ -79,10 +67,6 @@ int cuk_attention_bucket(int n_keys);
  * pd [slots] <- pos [n]; with slot_dev the slot is read from device memory instead. */
 int cuk_put_rows(float *kd, float *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev, const float *k,
                  const float *v, const int32_t *pos, int n, cuk_stream s);
-/* x [n] *= s */
-int cuk_scale(float *x, long n, float s, cuk_stream st);
-/* x [n] = cap * tanh(x / cap) */
-int cuk_softcap(float *x, long n, float cap, cuk_stream st);
 /* y [rows, width] += bias [width] on every row */
 int cuk_add_rows(float *y, const float *bias, int rows, long width, cuk_stream st);
 /* xg [n, H] = rows idx [n] of x */

@@ -132,9 +132,13 @@ __global__ void kernel_qk_norm_rope(float *q, float *k, int n_heads, int n_kv, i
 }
 
 extern "C" int cuk_qk_norm_rope(float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm, const float *qw,
-                                const float *kw, float eps, int plus_one, const int32_t *pos, const float *inv_freq, int dim,
-                                float attn_factor, cuk_stream s) {
+                                const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r,
+                                cuk_stream s) {
     if (head_dim > 512) return err_set("cuda qk_norm_rope: head_dim %d exceeds 512", head_dim);
+    /* no table: no rotation (the kernel tests inv_freq) */
+    const float *inv_freq = r ? r->inv_freq : NULL;
+    const int dim = r ? r->dim : 0;
+    const float attn_factor = r ? r->attn_factor : 0.0f;
     const int threads = ((head_dim + 31) / 32) * 32;
     const int blocks = T * (n_heads + (k ? n_kv : 0));
     cuk_launch(kernel_qk_norm_rope, blocks, threads, 0, (cudaStream_t)s, q, k, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one,
@@ -162,10 +166,10 @@ __global__ void kernel_rope(float *x, int T, int n_heads, int head_dim, const in
     v[k + half] = c * cs + a * sn;
 }
 
-extern "C" int cuk_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const float *inv_freq, int dim,
-                        float attn_factor, cuk_stream s) {
-    long n = (long)T * n_heads * (dim / 2);
-    cuk_launch(kernel_rope, blocks_for(n, 256), 256, 0, (cudaStream_t)s, x, T, n_heads, head_dim, pos, inv_freq, dim, attn_factor);
+extern "C" int cuk_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r, cuk_stream s) {
+    long n = (long)T * n_heads * (r->dim / 2);
+    cuk_launch(kernel_rope, blocks_for(n, 256), 256, 0, (cudaStream_t)s, x, T, n_heads, head_dim, pos, r->inv_freq, r->dim,
+               r->attn_factor);
     return cuk_check("rope");
 }
 

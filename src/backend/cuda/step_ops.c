@@ -1,6 +1,10 @@
 /* backend/cuda/step_ops.c: the CUDA backend's arithmetic ops and decode-step graphs.
  *
- * Every op is first described as a step_op (cuda_backend.h). Outside a step it runs
+ * Every op is first described as a step_op (cuda_backend.h): the recorder of each op
+ * of backend/ops_list.h is generated from the list (its arguments copied into the
+ * record); KERNEL ops are launched from the record by generated code, and only the
+ * CUSTOM ops (matmul, attention, put_rows) and the backend's own step ops (copy,
+ * upload, sample) have hand-written cases here. Outside a step an op runs
  * at once. Between step_begin and step_end (a decode step: a few tokens) ops are
  * only recorded: the op list plus a block of values that change every step (token
  * ids, positions, each cache's write slot and key count). At step_end the values go
@@ -23,6 +27,11 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "base/err.h"
 
+/* The records copy these structs byte for byte (ops_list.h, S arguments): the forward
+ * builds them per step, so they must have no padding (attn_kv's is cleared in
+ * custom_record). */
+_Static_assert(sizeof(attn_params) == 6 * sizeof(int) + sizeof(const float *), "attn_params must have no padding");
+
 /* ---- running one op ------------------------------------------------------------- */
 
 static int gemm_ok(const weight *w, int T) { return T <= CUK_MV_MAX_T && cuk_matvec_supports(w); }
@@ -31,18 +40,19 @@ static int gemm_ok(const weight *w, int T) { return T <= CUK_MV_MAX_T && cuk_mat
  * being captured); 0 when it could not be had. */
 static int reserve_work(cuda_backend *c, const step_op *e) {
     switch (e->op) {
-    case SOP_MATMUL: {
-        const weight *w = &e->u.mm.w;
-        const int T = e->u.mm.T;
+    case SOP_matmul: {
+        const weight *w = &e->u.matmul.w;
+        const int T = e->u.matmul.T;
         if (gemm_ok(w, T)) return cuda_grow(c, &c->mv, cuk_matvec_work(T, w->cols), "matvec work") != NULL;
         const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
         return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") &&
                (!wrows || cuda_grow(c, &c->wbf, cuk_gemm_wbf_elems(wrows, w->cols) * 2, "gemm staging"));
     }
-    case SOP_SAMPLE: return cuda_grow(c, &c->smp, cuk_sample_work(e->u.smp.V), "sampler work") != NULL;
-    case SOP_ATTN:
+    case SOP_sample: return cuda_grow(c, &c->smp, cuk_sample_work(e->u.smp.V), "sampler work") != NULL;
+    case SOP_attention:
         return cuda_grow(c, &c->att,
-                         cuk_attention_work(e->u.attn.T, e->u.attn.p.n_heads, e->u.attn.p.head_dim, e->u.attn.kv.n) *
+                         cuk_attention_work(e->u.attention.T, e->u.attention.p.n_heads, e->u.attention.p.head_dim,
+                                            e->u.attention.kv.n) *
                              sizeof(float),
                          "attention work") != NULL;
     default: return 1;
@@ -65,18 +75,26 @@ static void run_op(cuda_backend *c, const step_op *e, const char *vals) {
     if (cudaEventSynchronize(c->prof_ev[1]) != cudaSuccess || cudaEventElapsedTime(&ms, c->prof_ev[0], c->prof_ev[1]) != cudaSuccess)
         return;
     int k = e->op;
-    if (k == SOP_MATMUL && gemm_ok(&e->u.mm.w, e->u.mm.T)) {
+    if (k == SOP_matmul && gemm_ok(&e->u.matmul.w, e->u.matmul.T)) {
         k = SOP_KINDS; /* matrix-vector products apart from GEMMs, with their bytes */
-        c->prof_bytes[k] += (double)e->u.mm.w.nbytes;
+        c->prof_bytes[k] += (double)e->u.matmul.w.nbytes;
     }
     c->prof_ms[k] += ms;
     c->prof_n[k]++;
 }
 
 void cuda_profile_print(const cuda_backend *c) {
-    static const char *names[SOP_KINDS + 1] = {"gemm (prefill products)", "rmsnorm", "rope", "attention", "glu", "scale",
-                                               "softcap", "add", "embed", "copy", "upload", "put_rows (KV write)", "sample",
-                                               "add_rmsnorm", "qk_norm_rope", "matvec (decode products)"};
+    static const char *const names[SOP_KINDS + 1] = {
+#define CUDA_OP_NAME(name) [SOP_##name] = #name,
+#define CUDA_OP_NAME_IF(name, mode) OPS_IF_RECORDED(name, mode, CUDA_OP_NAME)
+        BACKEND_OPS(CUDA_OP_NAME_IF)
+#undef CUDA_OP_NAME_IF
+#undef CUDA_OP_NAME
+        [SOP_copy] = "copy",
+        [SOP_upload] = "upload",
+        [SOP_sample] = "sample",
+        [SOP_KINDS] = "matmul (matvec, decode)",
+    };
     const double nf = c->n_forwards > 0 ? (double)c->n_forwards : 1;
     double total = 0;
     for (int k = 0; k <= SOP_KINDS; k++) total += c->prof_ms[k];
@@ -94,61 +112,53 @@ void cuda_profile_print(const cuda_backend *c) {
 static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
     cudaStream_t st = c->stream;
     switch (e->op) {
-    case SOP_MATMUL: {
-        const weight *w = &e->u.mm.w;
-        const int T = e->u.mm.T;
+/* a KERNEL op: its launcher over the recorded arguments */
+#define CUDA_OP_RUN(name)                            \
+    case SOP_##name: {                               \
+        const op_##name##_args *a_ = &e->u.name;     \
+        RUN(cuk_##name(OP_ARGS_##name(OPA_ARG) st)); \
+        break;                                       \
+    }
+#define CUDA_OP_RUN_IF(name, mode) OPS_IF_KERNEL(name, mode, CUDA_OP_RUN)
+        BACKEND_OPS(CUDA_OP_RUN_IF)
+#undef CUDA_OP_RUN_IF
+#undef CUDA_OP_RUN
+    case SOP_matmul: {
+        const weight *w = &e->u.matmul.w;
+        const int T = e->u.matmul.T;
         if (gemm_ok(w, T)) {
-            RUN(cuk_matvec(w, e->u.mm.x, e->u.mm.y, T, c->mv.p, st));
+            RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
         } else {
             const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
-            RUN(cuk_gemm(c->blas, w, e->u.mm.x, e->u.mm.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows, st));
+            RUN(cuk_gemm(c->blas, w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows, st));
         }
         break;
     }
-    case SOP_RMSNORM:
-        RUN(cuk_rmsnorm(e->u.norm.x, e->u.norm.w, e->u.norm.y, e->u.norm.T, e->u.norm.n, e->u.norm.eps, e->u.norm.plus_one, st));
+    case SOP_attention: {
+        const op_attention_args *a = &e->u.attention;
+        RUN(cuk_attention(a->q, a->qpos, a->T, &a->kv, e->dyn >= 0 ? (const int32_t *)vals : NULL, &a->p, a->out, c->att.p,
+                          st));
         break;
-    case SOP_ROPE:
-        RUN(cuk_rope(e->u.rope.x, e->u.rope.T, e->u.rope.n_heads, e->u.rope.head_dim, e->u.rope.pos, e->u.rope.inv_freq,
-                     e->u.rope.dim, e->u.rope.factor, st));
+    }
+    case SOP_put_rows: {
+        /* values: the slot (recorded steps only), then the n positions */
+        const op_put_rows_args *a = &e->u.put_rows;
+        const int32_t *v = (const int32_t *)vals;
+        const int rec = a->slot < 0;
+        RUN(cuk_put_rows(a->kd, a->vd, a->pd, a->row, a->slot, rec ? v : NULL, a->k, a->v, rec ? v + 1 : v, a->n, st));
         break;
-    case SOP_ATTN:
-        RUN(cuk_attention(e->u.attn.q, e->u.attn.qpos, e->u.attn.T, &e->u.attn.kv, e->dyn >= 0 ? (const int32_t *)vals : NULL,
-                          &e->u.attn.p, e->u.attn.out, c->att.p, st));
-        break;
-    case SOP_ADD_RMSNORM:
-        RUN(cuk_add_rmsnorm(e->u.addnorm.x, e->u.addnorm.d, e->u.addnorm.dw, e->u.addnorm.w, e->u.addnorm.y, e->u.addnorm.T,
-                            e->u.addnorm.n, e->u.addnorm.eps, e->u.addnorm.plus_one, st));
-        break;
-    case SOP_QK_NORM_ROPE:
-        RUN(cuk_qk_norm_rope(e->u.qk.q, e->u.qk.k, e->u.qk.T, e->u.qk.n_heads, e->u.qk.n_kv, e->u.qk.head_dim, e->u.qk.norm,
-                             e->u.qk.qw, e->u.qk.kw, e->u.qk.eps, e->u.qk.plus_one, e->u.qk.pos, e->u.qk.inv_freq,
-                             e->u.qk.dim, e->u.qk.factor, st));
-        break;
-    case SOP_GLU: RUN(cuk_glu(e->u.glu.g, e->u.glu.u, e->u.glu.n, e->u.glu.act, st)); break;
-    case SOP_SCALE: RUN(cuk_scale(e->u.scale.x, e->u.scale.n, e->u.scale.s, st)); break;
-    case SOP_SOFTCAP: RUN(cuk_softcap(e->u.scale.x, e->u.scale.n, e->u.scale.s, st)); break;
-    case SOP_ADD: RUN(cuk_add(e->u.add.y, e->u.add.x, e->u.add.n, st)); break;
-    case SOP_EMBED: RUN(cuk_embed(&e->u.embed.w, e->u.embed.tok, e->u.embed.T, e->u.embed.scale, e->u.embed.x, st)); break;
-    case SOP_COPY:
-    case SOP_UPLOAD:
+    }
+    case SOP_copy:
+    case SOP_upload:
         c->n_calls++;
-        cuda_ok(c, cudaMemcpyAsync(e->u.copy.dst, e->op == SOP_UPLOAD ? vals : e->u.copy.src, e->u.copy.n,
+        cuda_ok(c, cudaMemcpyAsync(e->u.copy.dst, e->op == SOP_upload ? vals : e->u.copy.src, e->u.copy.n,
                                    cudaMemcpyDeviceToDevice, st),
                 "copy");
         break;
-    case SOP_SAMPLE:
+    case SOP_sample:
         RUN(cuk_sample(e->u.smp.logits, e->u.smp.V, &e->u.smp.p, (const double *)vals, e->u.smp.tok, e->u.smp.host,
                        c->smp.p, st));
         break;
-    case SOP_PUT_ROWS: {
-        /* values: the slot (recorded steps only), then the n positions */
-        const int32_t *v = (const int32_t *)vals;
-        const int rec = e->u.put.slot < 0;
-        RUN(cuk_put_rows(e->u.put.kd, e->u.put.vd, e->u.put.pd, e->u.put.row, e->u.put.slot, rec ? v : NULL, e->u.put.k,
-                         e->u.put.v, rec ? v + 1 : v, e->u.put.n, st));
-        break;
-    }
     }
 }
 
@@ -348,183 +358,71 @@ void cuda_steps_free(cuda_backend *c) {
 
 /* ---- the ops ----------------------------------------------------------------------- */
 
-void cuda_matmul(backend *b, const weight *w, const float *x, float *y, int T) {
-    cuda_backend *c = cu(b);
-    if (c->recording && !gemm_ok(w, T)) cuda_step_stop(c); /* cuBLAS stays out of graphs */
-    step_op e = op_new(SOP_MATMUL);
-    e.u.mm.w = *w;
-    e.u.mm.x = x;
-    e.u.mm.y = y;
-    e.u.mm.T = T;
-    submit(c, &e, NULL, 0);
-}
-
-void cuda_rmsnorm(backend *b, const float *x, const float *w, float *y, int T, int n, float eps, int plus_one) {
-    step_op e = op_new(SOP_RMSNORM);
-    e.u.norm.x = x;
-    e.u.norm.w = w;
-    e.u.norm.y = y;
-    e.u.norm.T = T;
-    e.u.norm.n = n;
-    e.u.norm.plus_one = plus_one;
-    e.u.norm.eps = eps;
-    submit(cu(b), &e, NULL, 0);
-}
-
-void cuda_rope(backend *b, float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r) {
-    step_op e = op_new(SOP_ROPE);
-    e.u.rope.x = x;
-    e.u.rope.pos = pos;
-    e.u.rope.inv_freq = r->inv_freq;
-    e.u.rope.T = T;
-    e.u.rope.n_heads = n_heads;
-    e.u.rope.head_dim = head_dim;
-    e.u.rope.dim = r->dim;
-    e.u.rope.factor = r->attn_factor;
-    submit(cu(b), &e, NULL, 0);
-}
-
-void cuda_add_rmsnorm(backend *b, float *x, const float *d, const float *dw, const float *w, float *y, int T, int n,
-                      float eps, int plus_one) {
-    step_op e = op_new(SOP_ADD_RMSNORM);
-    e.u.addnorm.x = x;
-    e.u.addnorm.d = d;
-    e.u.addnorm.dw = dw;
-    e.u.addnorm.w = w;
-    e.u.addnorm.y = y;
-    e.u.addnorm.T = T;
-    e.u.addnorm.n = n;
-    e.u.addnorm.plus_one = plus_one;
-    e.u.addnorm.eps = eps;
-    submit(cu(b), &e, NULL, 0);
-}
-
-void cuda_qk_norm_rope(backend *b, float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm,
-                       const float *qw, const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r) {
-    step_op e = op_new(SOP_QK_NORM_ROPE);
-    e.u.qk.q = q;
-    e.u.qk.k = k;
-    e.u.qk.qw = qw;
-    e.u.qk.kw = kw;
-    e.u.qk.pos = pos;
-    e.u.qk.T = T;
-    e.u.qk.n_heads = n_heads;
-    e.u.qk.n_kv = n_kv;
-    e.u.qk.head_dim = head_dim;
-    e.u.qk.norm = norm;
-    e.u.qk.plus_one = plus_one;
-    e.u.qk.eps = eps;
-    if (r) {
-        e.u.qk.inv_freq = r->inv_freq;
-        e.u.qk.dim = r->dim;
-        e.u.qk.factor = r->attn_factor;
+/* What the CUSTOM ops do before the generic path: values that change every step go
+ * to the value block, and ops that cannot be captured end the recording. Returns 1
+ * when it submitted e itself. */
+static int custom_record(cuda_backend *c, step_op *e) {
+    switch (e->op) {
+    case SOP_matmul:
+        if (c->recording && !gemm_ok(&e->u.matmul.w, e->u.matmul.T)) cuda_step_stop(c); /* cuBLAS stays out of graphs */
+        return 0;
+    case SOP_attention: {
+        /* field by field: a caller's attn_kv may carry uninitialized padding */
+        op_attention_args *a = &e->u.attention;
+        const attn_kv kv = a->kv;
+        memset(&a->kv, 0, sizeof a->kv);
+        a->kv.k = kv.k;
+        a->kv.v = kv.v;
+        a->kv.pos = kv.pos;
+        a->kv.n = kv.n;
+        a->kv.row_stride = kv.row_stride;
+        if (!c->recording) return 0;
+        /* recorded: the key count is a value; the op keeps only a count with the same
+         * split count, so the steps of one 256-key bucket record the same op */
+        const int32_t n = kv.n;
+        a->kv.n = cuk_attention_bucket(n);
+        submit(c, e, &n, sizeof n);
+        return 1;
     }
-    submit(cu(b), &e, NULL, 0);
-}
-
-void cuda_attention(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p,
-                    float *out) {
-    cuda_backend *c = cu(b);
-    step_op e = op_new(SOP_ATTN);
-    e.u.attn.q = q;
-    e.u.attn.qpos = qpos;
-    /* field by field: a caller's struct may carry uninitialized padding */
-    e.u.attn.kv.k = kv->k;
-    e.u.attn.kv.v = kv->v;
-    e.u.attn.kv.pos = kv->pos;
-    e.u.attn.kv.n = kv->n;
-    e.u.attn.kv.row_stride = kv->row_stride;
-    e.u.attn.p.n_heads = p->n_heads;
-    e.u.attn.p.n_kv = p->n_kv;
-    e.u.attn.p.head_dim = p->head_dim;
-    e.u.attn.p.scale = p->scale;
-    e.u.attn.p.window = p->window;
-    e.u.attn.p.softcap = p->softcap;
-    e.u.attn.p.sinks = p->sinks;
-    e.u.attn.out = out;
-    e.u.attn.T = T;
-    if (!c->recording) {
-        submit(c, &e, NULL, 0);
-        return;
+    case SOP_put_rows: {
+        op_put_rows_args *a = &e->u.put_rows;
+        const int32_t *pos = a->pos;
+        const int n = a->n;
+        a->pos = NULL; /* host memory: the positions are values */
+        if (!c->recording || n > CUK_MV_MAX_T) {
+            if (c->recording) cuda_step_stop(c);
+            submit(c, e, pos, (size_t)n * sizeof(int32_t));
+            return 1;
+        }
+        /* recorded: the slot and the positions are values */
+        int32_t vals[1 + CUK_MV_MAX_T];
+        vals[0] = a->slot;
+        memcpy(vals + 1, pos, (size_t)n * sizeof(int32_t));
+        a->slot = -1;
+        submit(c, e, vals, (size_t)(n + 1) * sizeof(int32_t));
+        return 1;
     }
-    /* recorded: the key count is a value; the op keeps only a count with the same
-     * split count, so the steps of one 256-key bucket record the same op */
-    const int32_t n = kv->n;
-    e.u.attn.kv.n = cuk_attention_bucket(n);
-    submit(c, &e, &n, sizeof n);
-}
-
-void cuda_glu(backend *b, float *g, const float *u, long n, int act) {
-    step_op e = op_new(SOP_GLU);
-    e.u.glu.g = g;
-    e.u.glu.u = u;
-    e.u.glu.n = n;
-    e.u.glu.act = act;
-    submit(cu(b), &e, NULL, 0);
-}
-
-static void scale_op(backend *b, int kind, float *x, long n, float s) {
-    step_op e = op_new(kind);
-    e.u.scale.x = x;
-    e.u.scale.n = n;
-    e.u.scale.s = s;
-    submit(cu(b), &e, NULL, 0);
-}
-
-void cuda_scale(backend *b, float *x, long n, float s) { scale_op(b, SOP_SCALE, x, n, s); }
-
-void cuda_softcap(backend *b, float *x, long n, float cap) { scale_op(b, SOP_SOFTCAP, x, n, cap); }
-
-void cuda_add(backend *b, float *y, const float *x, long n) {
-    step_op e = op_new(SOP_ADD);
-    e.u.add.y = y;
-    e.u.add.x = x;
-    e.u.add.n = n;
-    submit(cu(b), &e, NULL, 0);
-}
-
-void cuda_embed(backend *b, const weight *w, const int32_t *tok, int T, float scale, float *x) {
-    step_op e = op_new(SOP_EMBED);
-    e.u.embed.w = *w;
-    e.u.embed.tok = tok;
-    e.u.embed.x = x;
-    e.u.embed.T = T;
-    e.u.embed.scale = scale;
-    submit(cu(b), &e, NULL, 0);
-}
-
-void cuda_put_rows(backend *b, float *kd, float *vd, int32_t *pd, long row, int slot, const float *k, const float *v,
-                   const int32_t *pos, int n) {
-    cuda_backend *c = cu(b);
-    step_op e = op_new(SOP_PUT_ROWS);
-    e.u.put.kd = kd;
-    e.u.put.vd = vd;
-    e.u.put.pd = pd;
-    e.u.put.row = row;
-    e.u.put.n = n;
-    e.u.put.k = k;
-    e.u.put.v = v;
-    if (!c->recording) {
-        e.u.put.slot = slot;
-        submit(c, &e, pos, (size_t)n * sizeof(int32_t));
-        return;
+    default: return 0;
     }
-    /* recorded: the slot and the positions are values */
-    int32_t vals[1 + CUK_MV_MAX_T];
-    if (n > CUK_MV_MAX_T) {
-        cuda_step_stop(c);
-        e.u.put.slot = slot;
-        submit(c, &e, pos, (size_t)n * sizeof(int32_t));
-        return;
-    }
-    vals[0] = slot;
-    memcpy(vals + 1, pos, (size_t)n * sizeof(int32_t));
-    e.u.put.slot = -1;
-    submit(c, &e, vals, (size_t)(n + 1) * sizeof(int32_t));
 }
+
+/* The recorder of each recorded op of the list: its arguments into a zeroed record
+ * (op_new), then the CUSTOM hook, then recorded or run at once (submit). */
+#define CUDA_OP_RECORDER(name)                                 \
+    void cuda_##name(backend *b OP_ARGS_##name(OPA_PARAM)) {   \
+        cuda_backend *c_ = cu(b);                              \
+        step_op o_ = op_new(SOP_##name);                       \
+        op_##name##_args *a_ = &o_.u.name;                     \
+        OP_ARGS_##name(OPA_STORE)                              \
+        if (!custom_record(c_, &o_)) submit(c_, &o_, NULL, 0); \
+    }
+#define CUDA_OP_RECORDER_IF(name, mode) OPS_IF_RECORDED(name, mode, CUDA_OP_RECORDER)
+BACKEND_OPS(CUDA_OP_RECORDER_IF)
+#undef CUDA_OP_RECORDER_IF
+#undef CUDA_OP_RECORDER
 
 void cuda_step_copy(backend *b, void *dst, const void *src, size_t n) {
-    step_op e = op_new(SOP_COPY);
+    step_op e = op_new(SOP_copy);
     e.u.copy.dst = dst;
     e.u.copy.src = src;
     e.u.copy.n = n;
@@ -538,7 +436,7 @@ int cuda_step_upload(backend *b, void *dst, const void *host, size_t n) {
         cuda_step_stop(c);
         return 0;
     }
-    step_op e = op_new(SOP_UPLOAD);
+    step_op e = op_new(SOP_upload);
     e.u.copy.dst = dst;
     e.u.copy.n = n;
     submit(c, &e, host, n);
@@ -547,7 +445,7 @@ int cuda_step_upload(backend *b, void *dst, const void *host, size_t n) {
 
 int cuda_sample(backend *b, const float *logits, int V, const sample_params *p, double u, int32_t *tok, int slot) {
     cuda_backend *c = cu(b);
-    step_op e = op_new(SOP_SAMPLE);
+    step_op e = op_new(SOP_sample);
     e.u.smp.p.temperature = p->temperature;
     e.u.smp.p.top_k = p->top_k;
     e.u.smp.p.top_p = p->top_p;
