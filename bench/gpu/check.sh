@@ -3,7 +3,8 @@
 # unpacking bench/gpu/pack.sh's archive into .gpu/ (which holds NEW/ and BASE/ builds
 # and lib/). Runs the GPU tests of NEW (`make test-cuda`'s list), then celer bench
 # pp512/tg128 on synthesized qwen3-0.6b, gemma3-4b and llama3-8b shapes, NEW and BASE
-# interleaved in the same call (A/B). Logs go to $OUT.
+# interleaved in the same call (A/B). Logs go to $OUT. CELER_STATS=1 adds the
+# backend's counters (graph launches, captures, kernels per forward) to each bench.
 set -u
 NEW=.gpu/$1; BASE=${2:+.gpu/$2}
 export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -24,7 +25,7 @@ for s in $SHAPES; do
   for rep in 1 2; do
     for b in "$NEW" ${BASE:+"$BASE"}; do
       echo "== $s $b rep $rep"
-      "$b/celer" bench --device cuda -m "$d" -p 512 -n 128 -r 3 -o md 2>&1 | grep -E '^\|' | tee -a "$OUT/bench-$s.md"
+      "$b/celer" bench --device cuda -m "$d" -p 512 -n 128 -r 3 -o md 2>&1 | grep -E '^\||^cuda:' | tee -a "$OUT/bench-$s.md"
     done
   done
 done
