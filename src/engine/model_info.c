@@ -17,6 +17,9 @@ static const struct {
 } known[] = {
     {&family_llama, "Llama"},     {&family_qwen3, "Qwen3"},     {&family_gemma3, "Gemma 3"},
     {&family_gemma4, "Gemma 4"},  {&family_gpt_oss, "gpt-oss"}, {&family_exaone4, "EXAONE 4"},
+    {&family_qwen2, "Qwen 2"},    {&family_mistral, "Mistral"}, {&family_phi3, "Phi-3"},
+    {&family_gemma2, "Gemma 2"},  {&family_mixtral, "Mixtral"}, {&family_smollm3, "SmolLM3"},
+    {&family_olmo2, "OLMo 2"},
 };
 #define N_KNOWN ((int)(sizeof known / sizeof known[0]))
 

@@ -48,4 +48,4 @@ static int describe_exaone4(model *m, const json_t *j, const char *where) {
 
 static const char *const exaone4_types[] = {"exaone4", NULL};
 
-const family_desc family_exaone4 = {"exaone4", exaone4_types, describe_exaone4, NULL};
+const family_desc family_exaone4 = {.name = "exaone4", .model_types = exaone4_types, .describe = describe_exaone4};

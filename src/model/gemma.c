@@ -1,4 +1,4 @@
-/* model/gemma.c: the Gemma 3 and Gemma 4 (text) family descriptions. Both scale the
+/* model/gemma.c: the Gemma 2, Gemma 3 and Gemma 4 (text) family descriptions. All scale the
  * embedding by sqrt(hidden) in the weight dtype, wrap attention and feed-forward in
  * sandwich norms, use q/k norms and GELU-tanh, and alternate sliding and full layers
  * with a RoPE table per layer type. Gemma 3 norms scale by (1 + w); Gemma 4's by w,
@@ -181,6 +181,55 @@ static int describe_gemma3(model *m, const json_t *top, const char *where) {
     return rc;
 }
 
+/* ---- Gemma 2 ---- */
+
+/* Gemma 2: Gemma 3's layers without q/k norms, one RoPE table for every layer,
+ * sliding layers first and alternating (layer_types, else every even layer), and
+ * both softcaps on by default (attention logits 50, final logits 30; null turns one
+ * off). */
+static int gemma2_softcap(const json_t *j, const char *key, double def, double *out, const char *where) {
+    const json_t *v = json_object_get(j, key);
+    if (v && json_is_null(v)) def = 0;
+    if (jget_num(j, key, def, out, where)) return -1;
+    if (*out < 0) return err_set("%s: key \"%s\" = %g must not be negative", where, key, *out);
+    return 0;
+}
+
+static int describe_gemma2(model *m, const json_t *j, const char *where) {
+    model_config *c = &m->cfg;
+    c->tie = 1;
+    c->norm_plus_one = 1;
+    if (model_parse_common(m, j, where)) return -1;
+    int *sliding = calloc((size_t)c->n_layers, sizeof *sliding), window = 0, bias = 0, rc = -1;
+    double qpas, acap, fcap;
+    rope_spec r;
+    if (!sliding) return err_set("out of memory");
+    if (describe_shared(m, j, where, sliding, 2, &window) || jget_num(j, "query_pre_attn_scalar", 256, &qpas, where) ||
+        gemma2_softcap(j, "attn_logit_softcapping", 50, &acap, where) ||
+        gemma2_softcap(j, "final_logit_softcapping", 30, &fcap, where) || jget_bool(j, "attention_bias", 0, &bias, where) ||
+        rope_spec_parse(&r, model_rope_params(j, "full_attention"), j, where) || add_rope(m, &r, 0, where) < 0)
+        goto out;
+    if (!(qpas > 0)) { err_set("%s: key \"query_pre_attn_scalar\" = %g must be positive", where, qpas); goto out; }
+    c->final_softcap = (float)fcap;
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_plan *p = &m->plan[l];
+        p->n_heads = c->n_heads;
+        p->n_kv = c->n_kv;
+        p->head_dim = c->head_dim;
+        p->rope = 0;
+        p->window = sliding[l] ? window : 0;
+        p->attn_bias = bias;
+        p->norm = NORM_SANDWICH;
+        p->inter = c->inter;
+        p->attn_scale = (float)(1.0 / sqrt(qpas));
+        p->attn_softcap = (float)acap;
+    }
+    rc = 0;
+out:
+    free(sliding);
+    return rc;
+}
+
 /* ---- Gemma 4 ---- */
 
 static const char gemma4_defaults[] =
@@ -348,8 +397,11 @@ static int bind_gemma4_moe(model *m, int l) {
     return 0;
 }
 
+static const char *const gemma2_types[] = {"gemma2", NULL};
 static const char *const gemma3_types[] = {"gemma3_text", "gemma3", NULL};
 static const char *const gemma4_types[] = {"gemma4_text", "gemma4", NULL};
 
-const family_desc family_gemma3 = {"gemma3", gemma3_types, describe_gemma3, NULL};
-const family_desc family_gemma4 = {"gemma4", gemma4_types, describe_gemma4, bind_gemma4_moe};
+const family_desc family_gemma2 = {.name = "gemma2", .model_types = gemma2_types, .describe = describe_gemma2};
+const family_desc family_gemma3 = {.name = "gemma3", .model_types = gemma3_types, .describe = describe_gemma3};
+const family_desc family_gemma4 = {.name = "gemma4", .model_types = gemma4_types, .describe = describe_gemma4,
+                                   .bind_moe = bind_gemma4_moe};

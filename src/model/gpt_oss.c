@@ -113,4 +113,5 @@ static int bind_gpt_oss_moe(model *m, int l) {
 
 static const char *const gpt_oss_types[] = {"gpt_oss", NULL};
 
-const family_desc family_gpt_oss = {"gpt_oss", gpt_oss_types, describe_gpt_oss, bind_gpt_oss_moe};
+const family_desc family_gpt_oss = {.name = "gpt_oss", .model_types = gpt_oss_types, .describe = describe_gpt_oss,
+                                    .bind_moe = bind_gpt_oss_moe};
