@@ -138,56 +138,8 @@ static int gemma3_ropes(model *m, const json_t *j, const char *where, int *local
     return (*local = add_rope(m, &r, 0, where)) < 0 ? -1 : 0;
 }
 
-static int describe_gemma3_text(model *m, const json_t *j, const char *where) {
-    model_config *c = &m->cfg;
-    c->tie = 1;
-    c->norm_plus_one = 1;
-    static const char *const causal_only[] = {NULL};
-    if (model_parse_common(m, j, where) || model_reject_key(j, "use_bidirectional_attention", causal_only, where)) return -1;
-    int *sliding = calloc((size_t)c->n_layers, sizeof *sliding), window = 0, local = 0, global = 0, bias = 0;
-    double qpas, acap;
-    int rc = -1;
-    if (!sliding) return err_set("out of memory");
-    if (describe_shared(m, j, where, sliding, 6, &window) || gemma3_ropes(m, j, where, &local, &global) ||
-        jget_num(j, "query_pre_attn_scalar", 256, &qpas, where) || jget_num(j, "attn_logit_softcapping", 0, &acap, where) ||
-        jget_bool(j, "attention_bias", 0, &bias, where))
-        goto out;
-    if (!(qpas > 0)) { err_set("%s: key \"query_pre_attn_scalar\" = %g must be positive", where, qpas); goto out; }
-    for (int l = 0; l < c->n_layers; l++) {
-        layer_plan *p = &m->plan[l];
-        p->n_heads = c->n_heads;
-        p->n_kv = c->n_kv;
-        p->head_dim = c->head_dim;
-        p->rope = sliding[l] ? local : global;
-        p->window = sliding[l] ? window : 0;
-        p->qk_norm = 1;
-        p->attn_bias = bias;
-        p->norm = NORM_SANDWICH;
-        p->inter = c->inter;
-        p->attn_scale = (float)(1.0 / sqrt(qpas));
-        p->attn_softcap = (float)acap;
-    }
-    rc = 0;
-out:
-    free(sliding);
-    return rc;
-}
-
-static int describe_gemma3(model *m, const json_t *top, const char *where) {
-    json_t *j = text_config(top, gemma3_defaults, where);
-    if (!j) return -1;
-    int rc = describe_gemma3_text(m, j, where);
-    json_decref(j);
-    return rc;
-}
-
-/* ---- Gemma 2 ---- */
-
-/* Gemma 2: Gemma 3's layers without q/k norms, one RoPE table for every layer,
- * sliding layers first and alternating (layer_types, else every even layer), and
- * both softcaps on by default (attention logits 50, final logits 30; null turns one
- * off). */
-static int gemma2_softcap(const json_t *j, const char *key, double def, double *out, const char *where) {
+/* A softcap key: absent gives def (Gemma 2's are on by default), null turns it off. */
+static int softcap_key(const json_t *j, const char *key, double def, double *out, const char *where) {
     const json_t *v = json_object_get(j, key);
     if (v && json_is_null(v)) def = 0;
     if (jget_num(j, key, def, out, where)) return -1;
@@ -195,19 +147,28 @@ static int gemma2_softcap(const json_t *j, const char *key, double def, double *
     return 0;
 }
 
-static int describe_gemma2(model *m, const json_t *j, const char *where) {
+/* Gemma 2 and Gemma 3 (text) share their layers; Gemma 3 adds q/k norms and a RoPE
+ * table per layer type (Gemma 2 has one), its default pattern is 6 (Gemma 2's 2:
+ * every even layer slides), and Gemma 2's softcaps are on unless the config says
+ * otherwise (attention logits 50, final logits 30). */
+static int describe_gemma_2_3(model *m, const json_t *j, const char *where, int gemma3) {
     model_config *c = &m->cfg;
     c->tie = 1;
     c->norm_plus_one = 1;
-    if (model_parse_common(m, j, where)) return -1;
-    int *sliding = calloc((size_t)c->n_layers, sizeof *sliding), window = 0, bias = 0, rc = -1;
+    static const char *const causal_only[] = {NULL};
+    if (model_parse_common(m, j, where) || model_reject_key(j, "use_bidirectional_attention", causal_only, where)) return -1;
+    int *sliding = calloc((size_t)c->n_layers, sizeof *sliding), window = 0, local = 0, global = 0, bias = 0;
     double qpas, acap, fcap;
     rope_spec r;
+    int rc = -1;
     if (!sliding) return err_set("out of memory");
-    if (describe_shared(m, j, where, sliding, 2, &window) || jget_num(j, "query_pre_attn_scalar", 256, &qpas, where) ||
-        gemma2_softcap(j, "attn_logit_softcapping", 50, &acap, where) ||
-        gemma2_softcap(j, "final_logit_softcapping", 30, &fcap, where) || jget_bool(j, "attention_bias", 0, &bias, where) ||
-        rope_spec_parse(&r, model_rope_params(j, "full_attention"), j, where) || add_rope(m, &r, 0, where) < 0)
+    if (describe_shared(m, j, where, sliding, gemma3 ? 6 : 2, &window)) goto out;
+    if (gemma3 ? gemma3_ropes(m, j, where, &local, &global)
+               : rope_spec_parse(&r, model_rope_params(j, "full_attention"), j, where) || (local = global = add_rope(m, &r, 0, where)) < 0)
+        goto out;
+    if (jget_num(j, "query_pre_attn_scalar", 256, &qpas, where) ||
+        softcap_key(j, "attn_logit_softcapping", gemma3 ? 0 : 50, &acap, where) ||
+        softcap_key(j, "final_logit_softcapping", gemma3 ? 0 : 30, &fcap, where) || jget_bool(j, "attention_bias", 0, &bias, where))
         goto out;
     if (!(qpas > 0)) { err_set("%s: key \"query_pre_attn_scalar\" = %g must be positive", where, qpas); goto out; }
     c->final_softcap = (float)fcap;
@@ -216,8 +177,9 @@ static int describe_gemma2(model *m, const json_t *j, const char *where) {
         p->n_heads = c->n_heads;
         p->n_kv = c->n_kv;
         p->head_dim = c->head_dim;
-        p->rope = 0;
+        p->rope = sliding[l] ? local : global;
         p->window = sliding[l] ? window : 0;
+        p->qk_norm = gemma3 ? QK_NORM_HEAD : QK_NORM_NONE;
         p->attn_bias = bias;
         p->norm = NORM_SANDWICH;
         p->inter = c->inter;
@@ -227,6 +189,16 @@ static int describe_gemma2(model *m, const json_t *j, const char *where) {
     rc = 0;
 out:
     free(sliding);
+    return rc;
+}
+
+static int describe_gemma2(model *m, const json_t *j, const char *where) { return describe_gemma_2_3(m, j, where, 0); }
+
+static int describe_gemma3(model *m, const json_t *top, const char *where) {
+    json_t *j = text_config(top, gemma3_defaults, where);
+    if (!j) return -1;
+    int rc = describe_gemma_2_3(m, j, where, 1);
+    json_decref(j);
     return rc;
 }
 
