@@ -113,6 +113,8 @@ static void per_layer_inputs(model *m, model_scratch *s, int T) {
 /* Attention block of layer l; x [T, H] += its output.
  *   h = x (post-norm plans) or norm(x); q = rope(q_norm(Wq h + bq));
  *   k = rope(k_norm(Wk h + bk)); v = v_norm(Wv h + bv, or the raw k when K equals V);
+ *   (q/k norms per head or over the whole projection; a longrope model's long table
+ *   for a sequence that reaches past the original length in this forward);
  *   o = Wo attn(q, cache) + bo; x += post_norm(o) (sandwich/post plans) or o.
  * A layer that shares another's cache computes only q and reads that cache. */
 static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, int l, int T) {

@@ -55,6 +55,14 @@ int model_describe_llama(model *m, const json_t *j, const char *where, const lla
     if (jget_bool(j, "attention_bias", s->bias_default, &bias, where)) return -1;
     if (rope_spec_parse(&m->rope_specs[0], model_rope_params(j, "full_attention"), j, where) != 0) return -1;
     m->n_ropes = 1;
+    if (m->rope_specs[0].type == ROPE_LONGROPE) {
+        /* the long table beside the short one, for sequences past the original length */
+        m->rope_specs[1] = m->rope_specs[0];
+        m->rope_specs[1].use_long = 1;
+        m->n_ropes = 2;
+        m->rope_long = 1;
+        m->rope_long_after = (int)m->rope_specs[0].orig_max_pos;
+    }
     int *sliding = calloc((size_t)c->n_layers, sizeof *sliding);
     if (!sliding) return err_set("out of memory");
     if (window_layers(m, j, s->window, sliding, &window, where)) {

@@ -290,8 +290,9 @@ typedef struct {
     norm_place norm;
 } llama_shape;
 
-/* Fills cfg, one RoPE table and a Llama-like plan (SiLU MLP of intermediate_size,
- * 1/sqrt(head_dim) scale) that a family then adjusts. */
+/* Fills cfg, one RoPE table (two for longrope: short and long, see rope_long) and a
+ * Llama-like plan (SiLU MLP of intermediate_size, 1/sqrt(head_dim) scale) that a
+ * family then adjusts. */
 int model_describe_llama(model *m, const json_t *config, const char *where, const llama_shape *s);
 /* "<prefix>layers.<l>.<name>" into buf. */
 const char *model_layer_name(const model *m, int l, const char *name, char *buf, size_t n);

@@ -3,26 +3,17 @@
  * and up rows as one gate_up_proj [2I, H] (gate first); both are bound whole and
  * used through row views (a backend that fuses products fuses the views again).
  * RoPE covers partial_rotary_factor of each head; the 128k checkpoints use longrope
- * (model/rope.c), with the long factors for a sequence that runs past
- * original_max_position_embeddings. sliding_window, when set, applies to every layer. */
+ * (model/rope.c and model_describe_llama), with the long factors for a sequence that
+ * runs past original_max_position_embeddings. sliding_window, when set, applies to
+ * every layer. */
 #include <stdio.h>
 
-#include "base/err.h"
-#include "base/json.h"
 #include "model/model.h"
 
 static int describe_phi3(model *m, const json_t *j, const char *where) {
     const llama_shape s = {.window = WINDOW_ALL, .norm = NORM_PRE};
     if (model_describe_llama(m, j, where, &s)) return -1;
     for (int l = 0; l < m->cfg.n_layers; l++) m->plan[l].attn_bias = 0;
-    rope_spec *r = &m->rope_specs[0];
-    if (r->type != ROPE_LONGROPE) return 0;
-    /* the long table beside the short one */
-    m->rope_specs[1] = *r;
-    m->rope_specs[1].use_long = 1;
-    m->n_ropes = 2;
-    m->rope_long = 1;
-    m->rope_long_after = (int)r->orig_max_pos;
     return 0;
 }
 
