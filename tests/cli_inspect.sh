@@ -27,7 +27,14 @@ qwen3      Qwen3      qwen3
 gemma3     Gemma 3    gemma3_text, gemma3
 gemma4     Gemma 4    gemma4_text, gemma4
 gpt_oss    gpt-oss    gpt_oss
-exaone4    EXAONE 4   exaone4'
+exaone4    EXAONE 4   exaone4
+qwen2      Qwen 2     qwen2
+mistral    Mistral    mistral
+phi3       Phi-3      phi3
+gemma2     Gemma 2    gemma2
+mixtral    Mixtral    mixtral
+smollm3    SmolLM3    smollm3
+olmo2      OLMo 2     olmo2'
 check "arch" "$("$C" arch)" "$want"
 check "arch --json line" "$("$C" arch --json | sed -n 3p)" \
   '{"family": "gemma3", "name": "Gemma 3", "model_types": ["gemma3_text", "gemma3"]}'
@@ -74,6 +81,21 @@ check "gemma3 kv at 10" "$("$C" inspect -m $G -c 10 | grep '^kv at')" "kv at 10:
 check "gemma3 kv at 17" "$("$C" inspect -m $G -c 17 | grep '^kv at')" "kv at 17:       50176 bytes (49.0 KiB): dense 17408, rotating 32768"
 check "gemma3 default -c: max context" "$("$C" inspect -m $G | grep '^kv at' | cut -d: -f1)" "kv at 4096"
 check "gemma3 weights: BF16 only" "$(line weights: "$out" | sed 's/.*tensors: //')" "BF16 2038784"
+
+# ---- inspect: mistral, a window of 16 on every layer: every cache a rotating one ----
+# 3 layers, 2 KV heads of 32 -> 512 bytes per layer per token; each ring holds 16 rows
+M=tests/fixtures/models/mistral
+check "mistral kv per token" "$("$C" inspect -m $M -c 4096 | grep '^kv per token:')" \
+  "kv per token:   1536 bytes (1.5 KiB): dense 0 layers 0, rotating 3 layers 1536 (until the window of 16 fills)"
+check "mistral kv at 4096" "$("$C" inspect -m $M -c 4096 | grep '^kv at')" "kv at 4096:     24576 bytes (24.0 KiB): dense 0, rotating 24576"
+check "mistral kv at 10" "$("$C" inspect -m $M -c 10 | grep '^kv at')" "kv at 10:       15360 bytes (15.0 KiB): dense 15360, rotating 0"
+
+# ---- inspect: gemma2, sliding (0, 2) and full (1, 3) layers alternating ----
+# dense 2*512*4096 = 4194304, rotating 2*512*16 = 16384
+G2=tests/fixtures/models/gemma2
+check "gemma2 kv per token" "$("$C" inspect -m $G2 -c 4096 | grep '^kv per token:')" \
+  "kv per token:   2048 bytes (2.0 KiB): dense 2 layers 1024, rotating 2 layers 1024 (until the window of 16 fills)"
+check "gemma2 kv at 4096" "$("$C" inspect -m $G2 -c 4096 | grep '^kv at')" "kv at 4096:     4210688 bytes (4.0 MiB): dense 4194304, rotating 16384"
 
 # ---- fits or not ----
 expect "--memory 1K: does not fit" 0 "of 1.0 KiB given by --memory: does not fit (.* short; a smaller -c shrinks the kv)" \

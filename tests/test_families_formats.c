@@ -4,8 +4,12 @@
  * text_config and language_model. weights plus the older rope_theta / rope_scaling /
  * rope_local_base_freq / sliding_window_pattern keys; EXAONE 4 with only the "LLG"
  * pattern; gpt-oss with mlx-community's per-expert gate/up/down stacks and legacy
- * rope_scaling) and must still match transformers' logits. Also: MXFP4 dequantization
- * by hand, YaRN and proportional RoPE frequencies, and config errors naming the key. */
+ * rope_scaling; the second set of families with rope_theta / torch_dtype and no
+ * layer_types; Mixtral's experts as switch_mlp or stacked gate_up_proj; Phi-3 in
+ * MLX q4 against its dequantized copy) and must still match. Also: MXFP4
+ * dequantization by hand, YaRN, proportional and longrope RoPE frequencies (and
+ * longrope's short/long choice in a forward), the sliding-window and NoPE rules of
+ * Qwen 2, Mistral, SmolLM3 and Gemma 2, and config errors naming the key. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -302,7 +306,7 @@ static void set_gelu(json_t *c) { json_object_set_new(c, "hidden_activation", js
 static void set_bidir(json_t *c) { json_object_set_new(c, "use_bidirectional_attention", json_true()); }
 static void set_chunked(json_t *c) { json_array_set_new(json_object_get(c, "layer_types"), 1, json_string("chunked_attention")); }
 static void set_rope_type(json_t *c) {
-    json_object_set_new(json_object_get(json_object_get(c, "rope_parameters"), "full_attention"), "rope_type", json_string("longrope"));
+    json_object_set_new(json_object_get(json_object_get(c, "rope_parameters"), "full_attention"), "rope_type", json_string("dynamic"));
 }
 static void set_shared(json_t *c) { json_object_set_new(c, "num_kv_shared_layers", json_integer(9)); }
 static void set_plc(json_t *c) { json_object_set_new(json_object_get(json_object_get(c, "per_layer_config"), "2"), "window", json_integer(3)); }
@@ -315,7 +319,7 @@ static void config_errors(void) {
     expect_config_error("gemma3", set_gelu, "hidden_activation \"gelu\"");
     expect_config_error("gemma3", set_bidir, "use_bidirectional_attention");
     expect_config_error("gemma3", set_chunked, "layer_types[1]");
-    expect_config_error("gemma3", set_rope_type, "rope_type \"longrope\"");
+    expect_config_error("gemma3", set_rope_type, "rope_type \"dynamic\"");
     expect_config_error("gemma4", set_shared, "num_kv_shared_layers");
     expect_config_error("gemma4", set_plc, "per_layer_config[\"2\"] key \"window\"");
     expect_config_error("gemma4_moe", moe_k, "top_k_experts");
@@ -415,6 +419,378 @@ static void rope_yarn_gpt_oss(void) {
     rope_table_free(&t);
 }
 
+/* ---- the second set of families: other spellings, window rules, layouts ---- */
+
+/* A copy of fixture's weights as they are (borrowed). */
+static void ts_copy(tensor_set *s, const st_file *f) {
+    for (int i = 0; i < f->n; i++) ts_add(s, f->t[i].name, f->t[i].dtype, f->t[i].ndim, f->t[i].shape, f->t[i].data, 0);
+}
+
+/* The older hub spelling of a transformers-5 config: rope_theta (and
+ * partial_rotary_factor) at the top instead of rope_parameters, torch_dtype for
+ * dtype, no layer_types (each family's default rule must give the same layers). */
+static void legacy_spelling(json_t *c) {
+    json_t *rp = json_object_get(c, "rope_parameters");
+    json_object_set(c, "rope_theta", json_object_get(rp, "rope_theta"));
+    if (json_object_get(rp, "partial_rotary_factor"))
+        json_object_set(c, "partial_rotary_factor", json_object_get(rp, "partial_rotary_factor"));
+    json_object_del(c, "rope_parameters");
+    json_object_set(c, "torch_dtype", json_object_get(c, "dtype"));
+    json_object_del(c, "dtype");
+    json_object_del(c, "layer_types");
+}
+
+/* Writes fixture's weights with its config changed by edit to a temporary checkpoint;
+ * its directory, or NULL. */
+static const char *rewrite_config(const char *fixture, void (*edit)(json_t *), const char *tag) {
+    json_t *c = load_config(fixture);
+    st_file *f = load_weights(fixture);
+    const char *dir = NULL;
+    if (c && f) {
+        edit(c);
+        tensor_set s = {0};
+        ts_copy(&s, f);
+        dir = tmp_dir(tag);
+        if (write_ckpt(dir, c, &s) != 0) dir = NULL;
+        ts_free(&s);
+    }
+    json_decref(c);
+    st_close(f);
+    return dir;
+}
+
+static void second_set_legacy_spelling(void) {
+    static const char *const names[] = {"qwen2", "qwen2-q4", "mistral", "mistral-q4", "phi3", "gemma2",
+                                        "mixtral", "smollm3", "olmo2"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *dir = rewrite_config(names[i], legacy_spelling, "legacy");
+        CHECK(dir != NULL, "%s: cannot write the rewritten checkpoint", names[i]);
+        double e = dir ? rewritten_err(names[i], dir) : -1;
+        CHECK(e >= 0 && e <= 2e-3, "%s with rope_theta/torch_dtype and no layer_types: max err %g", names[i], e);
+    }
+}
+
+/* The per-layer windows and RoPE of a config edited by edit. */
+static void plan_of(const char *fixture, void (*edit)(json_t *), int *window, int *rope, int n) {
+    const char *dir = rewrite_config(fixture, edit, "plan");
+    celer_model *m = dir ? celer_model_open(dir, 1) : NULL;
+    CHECK(m != NULL, "%s: %s", fixture, celer_last_error());
+    for (int l = 0; l < n; l++) {
+        window[l] = m && l < m->m->cfg.n_layers ? m->m->plan[l].window : -2;
+        rope[l] = m && l < m->m->cfg.n_layers ? m->m->plan[l].rope : -2;
+    }
+    celer_model_free(m);
+}
+
+static void qwen_window_from(json_t *c) {
+    json_object_set_new(c, "use_sliding_window", json_true());
+    json_object_set_new(c, "sliding_window", json_integer(16));
+    json_object_set_new(c, "max_window_layers", json_integer(1));
+    json_object_del(c, "layer_types");
+}
+static void qwen_window_types(json_t *c) {
+    qwen_window_from(c);
+    json_object_set_new(c, "layer_types", json_pack("[s,s,s]", "sliding_attention", "full_attention", "sliding_attention"));
+}
+static void qwen_window_off(json_t *c) {
+    qwen_window_types(c);
+    json_object_set_new(c, "use_sliding_window", json_false());
+}
+static void mistral_no_window(json_t *c) { json_object_set_new(c, "sliding_window", json_null()); }
+static void smollm3_interval(json_t *c) {
+    json_object_del(c, "no_rope_layers");
+    json_object_set_new(c, "no_rope_layer_interval", json_integer(2));
+}
+static void gemma2_legacy_pattern(json_t *c) { json_object_del(c, "layer_types"); }
+
+static void second_set_window_rules(void) {
+    int w[4], r[4];
+    plan_of("qwen2", qwen_window_from, w, r, 3);
+    CHECK(w[0] == 0 && w[1] == 16 && w[2] == 16, "qwen2 max_window_layers 1: windows %d %d %d", w[0], w[1], w[2]);
+    plan_of("qwen2", qwen_window_types, w, r, 3);
+    CHECK(w[0] == 16 && w[1] == 0 && w[2] == 16, "qwen2 layer_types: windows %d %d %d", w[0], w[1], w[2]);
+    plan_of("qwen2", qwen_window_off, w, r, 3);
+    CHECK(w[0] == 0 && w[1] == 0 && w[2] == 0, "qwen2 use_sliding_window false: windows %d %d %d", w[0], w[1], w[2]);
+    plan_of("mistral", legacy_spelling, w, r, 3);
+    CHECK(w[0] == 16 && w[1] == 16 && w[2] == 16, "mistral: windows %d %d %d", w[0], w[1], w[2]);
+    plan_of("mistral", mistral_no_window, w, r, 3);
+    CHECK(w[0] == 0 && w[1] == 0 && w[2] == 0, "mistral sliding_window null: windows %d %d %d", w[0], w[1], w[2]);
+    plan_of("smollm3", smollm3_interval, w, r, 4);
+    CHECK(r[0] == 0 && r[1] == -1 && r[2] == 0 && r[3] == -1, "smollm3 interval 2: rope %d %d %d %d", r[0], r[1], r[2], r[3]);
+    plan_of("gemma2", gemma2_legacy_pattern, w, r, 4);
+    CHECK(w[0] == 16 && w[1] == 0 && w[2] == 16 && w[3] == 0, "gemma2 default pattern: windows %d %d %d %d", w[0], w[1], w[2], w[3]);
+}
+
+/* Mixtral's experts in the two other layouts: mlx-community's switch_mlp stacks
+ * [E, out, in], and transformers 5's mlp.gate + mlp.experts.gate_up_proj [E, 2I, H]
+ * (gate rows first) and down_proj [E, H, I]. */
+static void mixtral_layouts(void) {
+    json_t *c = load_config("mixtral");
+    st_file *f = load_weights("mixtral");
+    CHECK(c && f, "cannot read the mixtral fixture");
+    if (!c || !f) return;
+    const int64_t E = 4, I = 128, H = 128;
+    for (int form = 0; form < 2; form++) {
+        tensor_set s = {0};
+        char name[256];
+        for (int i = 0; i < f->n; i++)
+            if (!strstr(f->t[i].name, "block_sparse_moe"))
+                ts_add(&s, f->t[i].name, f->t[i].dtype, f->t[i].ndim, f->t[i].shape, f->t[i].data, 0);
+        for (int l = 0; l < 3; l++) {
+            static const char *const w[3] = {"w1", "w3", "w2"}, *const mlx[3] = {"gate_proj", "up_proj", "down_proj"};
+            uint16_t *stk[3];
+            for (int k = 0; k < 3; k++) {
+                stk[k] = malloc((size_t)(E * I * H) * 2);
+                for (int e = 0; e < E; e++) {
+                    snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, e, w[k]);
+                    const st_tensor *t = st_find(f, name);
+                    CHECK(t != NULL, "missing %s", name);
+                    if (t) memcpy(stk[k] + e * I * H, t->data, (size_t)(I * H) * 2);
+                }
+            }
+            snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.gate.weight", l);
+            const st_tensor *g = st_find(f, name);
+            if (form == 0) {
+                ts_add(&s, name, g->dtype, g->ndim, g->shape, g->data, 0);
+                for (int k = 0; k < 3; k++) {
+                    int64_t sh[3] = {E, k == 2 ? H : I, k == 2 ? I : H};
+                    snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.switch_mlp.%s.weight", l, mlx[k]);
+                    ts_add(&s, name, ST_BF16, 3, sh, stk[k], 1);
+                }
+            } else {
+                snprintf(name, sizeof name, "model.layers.%d.mlp.gate.weight", l);
+                ts_add(&s, name, g->dtype, g->ndim, g->shape, g->data, 0);
+                uint16_t *gu = malloc((size_t)(E * 2 * I * H) * 2);
+                for (int e = 0; e < E; e++) {
+                    memcpy(gu + e * 2 * I * H, stk[0] + e * I * H, (size_t)(I * H) * 2);
+                    memcpy(gu + e * 2 * I * H + I * H, stk[1] + e * I * H, (size_t)(I * H) * 2);
+                }
+                int64_t sgu[3] = {E, 2 * I, H}, sd[3] = {E, H, I};
+                snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
+                ts_add(&s, name, ST_BF16, 3, sgu, gu, 1);
+                snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj", l);
+                ts_add(&s, name, ST_BF16, 3, sd, stk[2], 1);
+                free(stk[0]);
+                free(stk[1]);
+            }
+        }
+        const char *dir = tmp_dir(form ? "mixtral_t5" : "mixtral_mlx");
+        CHECK(write_ckpt(dir, c, &s) == 0, "write: %s", celer_last_error());
+        double e = rewritten_err("mixtral", dir);
+        CHECK(e >= 0 && e <= 2e-3, "mixtral with %s experts: max err %g", form ? "stacked gate_up_proj" : "switch_mlp", e);
+        ts_free(&s);
+    }
+    json_decref(c);
+    st_close(f);
+}
+
+/* MLX affine 4-bit, group 64, of a bf16 matrix [rows, cols]: codes packed 8 per u32
+ * (least significant first), bf16 scales and biases [rows, cols/64]; deq gets the
+ * dequantized values (code * scale + bias with the stored scale and bias). */
+static void quantize_q4(const uint16_t *w, int64_t rows, int64_t cols, uint32_t *codes, uint16_t *sc, uint16_t *bi, float *deq) {
+    const int64_t G = 64, ng = cols / G;
+    memset(codes, 0, (size_t)(rows * cols / 8) * 4);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t g = 0; g < ng; g++) {
+            float lo = INFINITY, hi = -INFINITY;
+            for (int64_t j = 0; j < G; j++) {
+                float v = bf16_to_f32(w[r * cols + g * G + j]);
+                lo = v < lo ? v : lo;
+                hi = v > hi ? v : hi;
+            }
+            uint16_t s16 = f32_to_bf16((hi - lo) / 15), b16 = f32_to_bf16(lo);
+            float s = bf16_to_f32(s16), b = bf16_to_f32(b16);
+            sc[r * ng + g] = s16;
+            bi[r * ng + g] = b16;
+            for (int64_t j = 0; j < G; j++) {
+                int64_t col = g * G + j;
+                float v = bf16_to_f32(w[r * cols + col]);
+                long q = s > 0 ? lrintf((v - b) / s) : 0;
+                q = q < 0 ? 0 : q > 15 ? 15 : q;
+                codes[(r * cols + col) / 8] |= (uint32_t)q << (4 * (col % 8));
+                deq[r * cols + col] = (float)q * s + b;
+            }
+        }
+}
+
+/* Phi-3 as mlx-community stores it: every projection (the fused qkv_proj and
+ * gate_up_proj included) in 4-bit affine; its logits must equal those of the same
+ * dequantized values stored as F32 (the row views of the fused codes, scales and
+ * biases against plain float rows). */
+static void phi3_mlx_q4(void) {
+    json_t *c = load_config("phi3");
+    st_file *f = load_weights("phi3");
+    CHECK(c && f, "cannot read the phi3 fixture");
+    if (!c || !f) return;
+    tensor_set q = {0}, d = {0};
+    for (int i = 0; i < f->n; i++) {
+        const st_tensor *t = &f->t[i];
+        size_t n = strlen(t->name);
+        if (t->ndim != 2 || n < 7 || strcmp(t->name + n - 7, ".weight") != 0 || t->shape[1] % 64) {
+            ts_add(&q, t->name, t->dtype, t->ndim, t->shape, t->data, 0);
+            ts_add(&d, t->name, t->dtype, t->ndim, t->shape, t->data, 0);
+            continue;
+        }
+        int64_t R = t->shape[0], C = t->shape[1], sw[2] = {R, C / 8}, ss[2] = {R, C / 64};
+        uint32_t *codes = malloc((size_t)(R * C / 8) * 4);
+        uint16_t *sc = malloc((size_t)(R * C / 64) * 2), *bi = malloc((size_t)(R * C / 64) * 2);
+        float *deq = malloc((size_t)(R * C) * 4);
+        quantize_q4(t->data, R, C, codes, sc, bi, deq);
+        char name[256];
+        ts_add(&q, t->name, ST_U32, 2, sw, codes, 1);
+        snprintf(name, sizeof name, "%.*s.scales", (int)n - 7, t->name);
+        ts_add(&q, name, ST_BF16, 2, ss, sc, 1);
+        snprintf(name, sizeof name, "%.*s.biases", (int)n - 7, t->name);
+        ts_add(&q, name, ST_BF16, 2, ss, bi, 1);
+        ts_add(&d, t->name, ST_F32, 2, t->shape, deq, 1);
+    }
+    const char *dd = tmp_dir("phi3_deq"), *dq = tmp_dir("phi3_q4");
+    CHECK(write_ckpt(dd, c, &d) == 0, "write: %s", celer_last_error());
+    json_object_set_new(c, "quantization", json_pack("{s:i,s:i}", "group_size", 64, "bits", 4));
+    CHECK(write_ckpt(dq, c, &q) == 0, "write: %s", celer_last_error());
+    fixture_ref r;
+    celer_model *mq = celer_model_open(dq, 2), *md = celer_model_open(dd, 2);
+    CHECK(mq && md, "open: %s", celer_last_error());
+    if (mq && md && fixture_load("tests/fixtures/models/phi3", &r) == 0) {
+        int n = r.len[0], V = r.vocab;
+        float *a = malloc((size_t)n * V * 4), *b = malloc((size_t)n * V * 4);
+        celer_session *sq = celer_session_new(mq, n, 7), *sd = celer_session_new(md, n, 7);
+        CHECK(celer_session_eval(sq, r.seq[0], n, a, 1) == 0 && celer_session_eval(sd, r.seq[0], n, b, 1) == 0, "eval: %s",
+              celer_last_error());
+        double e = 0, far = 0;
+        for (long k = 0; k < (long)n * V; k++) {
+            double x = fabs((double)a[k] - b[k]), y = fabs((double)a[k] - r.logits[0][k]);
+            e = x > e ? x : e;
+            far = y > far ? y : far;
+        }
+        CHECK(e <= 1e-4, "phi3 q4 against its dequantized F32 copy: max err %g", e);
+        CHECK(far > 1e-2, "the q4 copy should differ from the bf16 reference (max %g): quantization did nothing", far);
+        celer_session_free(sq);
+        celer_session_free(sd);
+        free(a);
+        free(b);
+        fixture_free(&r);
+    }
+    celer_model_free(mq);
+    celer_model_free(md);
+    ts_free(&q);
+    ts_free(&d);
+    json_decref(c);
+    st_close(f);
+}
+
+/* ---- longrope (Phi-3 128k) ---- */
+
+/* Phi-3-vision-128k-instruct's rope_scaling as its config.json spells it (type "su",
+ * the old name of longrope): head_dim 96, rope_theta 10000, max 131072, original 4096. */
+static const char phi3_128k_rope[] =
+    "{\"type\": \"su\", \"long_factor\": [1.0299999713897705, 1.0499999523162842, 1.0499999523162842, 1.0799999237060547,"
+    " 1.2299998998641968, 1.2299998998641968, 1.2999999523162842, 1.4499999284744263, 1.5999999046325684,"
+    " 1.6499998569488525, 1.8999998569488525, 2.859999895095825, 3.68999981880188, 5.419999599456787,"
+    " 5.489999771118164, 5.489999771118164, 9.09000015258789, 11.579999923706055, 15.65999984741211,"
+    " 15.769999504089355, 15.789999961853027, 18.360000610351562, 21.989999771118164, 23.079999923706055,"
+    " 30.009998321533203, 32.35000228881836, 32.590003967285156, 35.56000518798828, 39.95000457763672,"
+    " 53.840003967285156, 56.20000457763672, 57.95000457763672, 59.29000473022461, 59.77000427246094,"
+    " 59.920005798339844, 61.190006256103516, 61.96000671386719, 62.50000762939453, 63.3700065612793,"
+    " 63.48000717163086, 63.48000717163086, 63.66000747680664, 63.850006103515625, 64.08000946044922,"
+    " 64.760009765625, 64.80001068115234, 64.81001281738281, 64.81001281738281],"
+    " \"short_factor\": [1.05, 1.05, 1.05, 1.1, 1.1, 1.1, 1.2500000000000002, 1.2500000000000002, 1.4000000000000004,"
+    " 1.4500000000000004, 1.5500000000000005, 1.8500000000000008, 1.9000000000000008, 2.000000000000001,"
+    " 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,"
+    " 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,"
+    " 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,"
+    " 2.1000000000000005, 2.1000000000000005, 2.2, 2.3499999999999996, 2.3499999999999996, 2.3499999999999996,"
+    " 2.3499999999999996, 2.3999999999999995, 2.3999999999999995, 2.6499999999999986, 2.6999999999999984,"
+    " 2.8999999999999977, 2.9499999999999975, 3.049999999999997, 3.049999999999997, 3.049999999999997]}";
+
+/* transformers' _compute_longrope_parameters: inv_freq[i] = 1 / (ext[i] * base^(2i /
+ * dim)), ext the short factors up to original_max_position_embeddings and the long
+ * ones past it; attention_factor sqrt(1 + ln(factor) / ln(original)) with factor =
+ * max_position_embeddings / original. Checked against that formula in double. */
+static void rope_longrope_phi3(void) {
+    json_t *rs = json_loads(phi3_128k_rope, 0, NULL);
+    json_t *cfg = json_pack("{s:i, s:i, s:f, s:O}", "max_position_embeddings", 131072, "original_max_position_embeddings",
+                            4096, "rope_theta", 10000.0, "rope_scaling", rs);
+    CHECK(rs && cfg, "bad test json");
+    if (!rs || !cfg) return;
+    static rope_spec r; /* 4 KiB of factors */
+    CHECK(rope_spec_parse(&r, NULL, cfg, "test") == 0, "parse: %s", celer_last_error());
+    CHECK(r.type == ROPE_LONGROPE && r.n_factors == 48 && r.orig_max_pos == 4096, "type %d, %d factors, original %g", r.type,
+          r.n_factors, r.orig_max_pos);
+    const json_t *lists[2] = {json_object_get(rs, "short_factor"), json_object_get(rs, "long_factor")};
+    const double attn = sqrt(1 + log(131072.0 / 4096) / log(4096.0));
+    for (int use_long = 0; use_long < 2; use_long++) {
+        rope_table t = {0};
+        r.use_long = use_long;
+        CHECK(rope_table_init(&t, &r, 96) == 0, "init: %s", celer_last_error());
+        CHECK(t.dim == 96, "dim %d", t.dim);
+        for (int i = 0; i < 48 && t.inv_freq; i++) {
+            double want = 1 / (json_number_value(json_array_get(lists[use_long], (size_t)i)) * pow(10000.0, 2.0 * i / 96));
+            CHECK(fabs(t.inv_freq[i] - want) <= 1e-6 * want, "%s inv_freq[%d] = %.9g, want %.9g", use_long ? "long" : "short",
+                  i, t.inv_freq[i], want);
+        }
+        CHECK_NEAR(t.attn_factor, attn, 1e-6);
+        rope_table_free(&t);
+    }
+    /* spot values worked out by hand: short[0] = 1/1.05, long[47] = 1/(64.81001281738281 * 10000^(94/96)) */
+    rope_table t = {0};
+    r.use_long = 0;
+    rope_table_init(&t, &r, 96);
+    CHECK_NEAR(t.inv_freq[0], 0.9523809523809523, 1e-7);
+    rope_table_free(&t);
+    r.use_long = 1;
+    rope_table_init(&t, &r, 96);
+    CHECK(fabs(t.inv_freq[47] - 1.8693525984053542e-06) <= 1e-12, "long inv_freq[47] = %.9g", t.inv_freq[47]);
+    CHECK_NEAR(attn, 1.1902380714238083, 1e-12);
+    rope_table_free(&t);
+    /* a factor list of the wrong length for the rotated width */
+    CHECK(rope_table_init(&t, &r, 64) != 0, "48 factors for a width of 64 accepted");
+    CHECK_STR_HAS(celer_last_error(), "48 factors");
+    json_decref(cfg);
+    json_decref(rs);
+}
+
+/* The phi3 fixture (partial rotary 0.75, head_dim 32: 12 pairs) with longrope whose
+ * original length is 20: a sequence that reaches past 20 in one forward uses the
+ * long factors, one that does not the short ones (transformers' choice per forward).
+ * One list is all 1.0 (the fixture's plain RoPE) and the other 2.0, so exactly the
+ * forwards that use the 1.0 list match the reference. */
+static int longrope_ones;
+static void phi3_longrope(json_t *c) {
+    json_t *one = json_array(), *two = json_array();
+    for (int i = 0; i < 12; i++) json_array_append_new(one, json_real(1.0)), json_array_append_new(two, json_real(2.0));
+    json_t *rp = json_pack("{s:s, s:f, s:f, s:i, s:f}", "rope_type", "longrope", "rope_theta", 10000.0,
+                           "partial_rotary_factor", 0.75, "original_max_position_embeddings", 20, "factor", 1.0);
+    json_object_set_new(rp, "long_factor", longrope_ones ? one : two);
+    json_object_set_new(rp, "short_factor", longrope_ones ? two : one);
+    json_object_set_new(c, "rope_parameters", rp);
+}
+
+static void phi3_longrope_switch(void) {
+    fixture_ref r;
+    if (fixture_load("tests/fixtures/models/phi3", &r) != 0) { CHECK(0, "phi3 reference"); return; }
+    for (longrope_ones = 0; longrope_ones < 2; longrope_ones++) {
+        const char *dir = rewrite_config("phi3", phi3_longrope, longrope_ones ? "longrope_l" : "longrope_s");
+        celer_model *m = dir ? celer_model_open(dir, 2) : NULL;
+        CHECK(m != NULL, "longrope phi3: %s", celer_last_error());
+        if (!m) continue;
+        /* 20 tokens at once stay within the original length: the short list */
+        double e_short = fixture_max_err(m, r.seq[0], 20, r.logits[0], r.vocab, 0);
+        /* all 80 at once reach past it: the long list for every row */
+        double e_long = fixture_max_err(m, r.seq[0], r.len[0], r.logits[0], r.vocab, 0);
+        const char *which = longrope_ones ? "long = 1.0" : "short = 1.0";
+        if (longrope_ones) {
+            CHECK(e_long >= 0 && e_long <= 2e-3, "%s, 80 tokens: max err %g", which, e_long);
+            CHECK(e_short > 1e-2, "%s, 20 tokens should use the short list: max err %g", which, e_short);
+        } else {
+            CHECK(e_short >= 0 && e_short <= 2e-3, "%s, 20 tokens: max err %g", which, e_short);
+            CHECK(e_long > 1e-2, "%s, 80 tokens should use the long list: max err %g", which, e_long);
+        }
+        celer_model_free(m);
+    }
+    fixture_free(&r);
+}
+
 static void cleanup(void) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
@@ -432,6 +808,12 @@ int main(void) {
     RUN(exaone4_without_window);
     RUN(config_errors);
     RUN(expert_weight_errors);
+    RUN(rope_longrope_phi3);
+    RUN(phi3_longrope_switch);
+    RUN(second_set_legacy_spelling);
+    RUN(second_set_window_rules);
+    RUN(mixtral_layouts);
+    RUN(phi3_mlx_q4);
     cleanup();
     return harness_done();
 }

@@ -223,6 +223,16 @@ static void gpt_oss(void) { check_model("gpt_oss"); }
 static void gpt_oss_mxfp4(void) { check_model("gpt_oss-mxfp4"); }
 static void gemma4(void) { check_model("gemma4"); }
 static void gemma4_moe(void) { check_model("gemma4_moe"); }
+/* the second set of families (Mistral's and Gemma 2's sliding layers wrap before the branch) */
+static void qwen2(void) { check_model("qwen2"); }
+static void qwen2_q4(void) { check_model("qwen2-q4"); }
+static void mistral(void) { check_model("mistral"); }
+static void mistral_q4(void) { check_model("mistral-q4"); }
+static void phi3(void) { check_model("phi3"); }
+static void gemma2(void) { check_model("gemma2"); }
+static void mixtral(void) { check_model("mixtral"); }
+static void smollm3(void) { check_model("smollm3"); }
+static void olmo2(void) { check_model("olmo2"); }
 
 /* ---- an artificial window on Llama ---------------------------------------------------- */
 
@@ -375,6 +385,15 @@ int main(void) {
     RUN(gpt_oss_mxfp4);
     RUN(gemma4);
     RUN(gemma4_moe);
+    RUN(qwen2);
+    RUN(qwen2_q4);
+    RUN(mistral);
+    RUN(mistral_q4);
+    RUN(phi3);
+    RUN(gemma2);
+    RUN(mixtral);
+    RUN(smollm3);
+    RUN(olmo2);
     RUN(llama_window);
     RUN(bad_cache_files);
     return harness_done();

@@ -59,11 +59,41 @@ int model_parse_common(model *m, const json_t *j, const char *where) {
 static int rope_type_of(const char *s, rope_type *t) {
     static const struct { const char *name; rope_type t; } names[] = {
         {"default", ROPE_DEFAULT}, {"linear", ROPE_LINEAR}, {"llama3", ROPE_LLAMA3}, {"yarn", ROPE_YARN},
-        {"proportional", ROPE_PROPORTIONAL},
+        {"proportional", ROPE_PROPORTIONAL}, {"longrope", ROPE_LONGROPE}, {"su", ROPE_LONGROPE},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(s, names[i].name) == 0) { *t = names[i].t; return 0; }
     return -1;
+}
+
+/* One longrope factor list: n_factors positive numbers. */
+static int factor_list(const json_t *params, const char *key, float *out, int *n, const char *where) {
+    const json_t *a = json_object_get(params, key);
+    if (!a || !json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > ROPE_MAX_FACTORS)
+        return err_set("%s: longrope needs \"%s\", an array of 1..%d numbers", where, key, ROPE_MAX_FACTORS);
+    if (*n && (int)json_array_size(a) != *n)
+        return err_set("%s: longrope \"%s\" has %d numbers, the other list %d", where, key, (int)json_array_size(a), *n);
+    *n = (int)json_array_size(a);
+    for (int i = 0; i < *n; i++) {
+        const json_t *v = json_array_get(a, (size_t)i);
+        if (!json_is_number(v) || !(json_number_value(v) > 0))
+            return err_set("%s: longrope %s[%d] must be a positive number", where, key, i);
+        out[i] = (float)json_number_value(v);
+    }
+    return 0;
+}
+
+/* longrope's factor lists and its defaults: factor = max_position_embeddings /
+ * original_max_position_embeddings unless stated (transformers' rule for Phi-3). */
+static int longrope_parse(rope_spec *r, const json_t *params, const char *where) {
+    r->n_factors = 0;
+    if (factor_list(params, "short_factor", r->short_factor, &r->n_factors, where) ||
+        factor_list(params, "long_factor", r->long_factor, &r->n_factors, where))
+        return -1;
+    if (!(r->orig_max_pos >= 1)) return err_set("%s: longrope needs original_max_position_embeddings >= 1", where);
+    const json_t *f = json_object_get(params, "factor");
+    if (!f || json_is_null(f)) r->factor = r->max_pos / r->orig_max_pos;
+    return 0;
 }
 
 int rope_spec_parse(rope_spec *r, const json_t *params, const json_t *config, const char *where) {
@@ -77,7 +107,7 @@ int rope_spec_parse(rope_spec *r, const json_t *params, const json_t *config, co
         if (!ts && jget_str(params, "type", "default", &ts, where)) return -1;
     }
     if (rope_type_of(ts, &r->type) != 0)
-        return err_set("%s: unsupported rope_type \"%s\" (supported: default, linear, llama3, yarn, proportional)", where, ts);
+        return err_set("%s: unsupported rope_type \"%s\" (supported: default, linear, llama3, yarn, proportional, longrope)", where, ts);
     double theta_cfg;
     if (jget_num(config, "rope_theta", 10000.0, &theta_cfg, where)) return -1;
     if (jget_num(params, "rope_theta", theta_cfg, &r->theta, where) ||
@@ -91,9 +121,11 @@ int rope_spec_parse(rope_spec *r, const json_t *params, const json_t *config, co
         jget_num(params, "mscale_all_dim", 0.0, &r->mscale_all_dim, where) ||
         jget_bool(params, "truncate", 1, &r->truncate, where))
         return -1;
-    double max_pos, partial;
+    double max_pos, partial, orig_top;
+    /* original_max_position_embeddings: in the rope object, or at the top (Phi-3) */
     if (jget_num(config, "max_position_embeddings", 4096, &max_pos, where) ||
-        jget_num(params, "original_max_position_embeddings", max_pos, &r->orig_max_pos, where) ||
+        jget_num(config, "original_max_position_embeddings", max_pos, &orig_top, where) ||
+        jget_num(params, "original_max_position_embeddings", orig_top, &r->orig_max_pos, where) ||
         jget_num(config, "partial_rotary_factor", 1.0, &partial, where) ||
         jget_num(params, "partial_rotary_factor", partial, &r->partial, where))
         return -1;
@@ -102,6 +134,8 @@ int rope_spec_parse(rope_spec *r, const json_t *params, const json_t *config, co
     if (!(r->partial > 0 && r->partial <= 1)) return err_set("%s: partial_rotary_factor %g must be in (0, 1]", where, r->partial);
     if (r->type == ROPE_LLAMA3 && !(r->high_freq_factor > r->low_freq_factor))
         return err_set("%s: llama3 rope needs high_freq_factor > low_freq_factor", where);
+    r->max_pos = max_pos;
+    if (r->type == ROPE_LONGROPE) return longrope_parse(r, params, where);
     return 0;
 }
 

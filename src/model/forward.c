@@ -113,6 +113,8 @@ static void per_layer_inputs(model *m, model_scratch *s, int T) {
 /* Attention block of layer l; x [T, H] += its output.
  *   h = x (post-norm plans) or norm(x); q = rope(q_norm(Wq h + bq));
  *   k = rope(k_norm(Wk h + bk)); v = v_norm(Wv h + bv, or the raw k when K equals V);
+ *   (q/k norms per head or over the whole projection; a longrope model's long table
+ *   for a sequence that reaches past the original length in this forward);
  *   o = Wo attn(q, cache) + bo; x += post_norm(o) (sandwich/post plans) or o.
  * A layer that shares another's cache computes only q and reads that cache. */
 static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, int l, int T) {
@@ -151,10 +153,24 @@ static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scra
         }
         if (p->v_norm) op->rmsnorm(b, v, NULL, v, T * p->n_kv, p->head_dim, c->eps, 0);
     }
-    /* q (and this layer's k): the per-head norm and RoPE in one pass */
-    if (p->qk_norm || rope)
-        op->qk_norm_rope(b, q, src == l ? k : NULL, T, p->n_heads, p->n_kv, p->head_dim, p->qk_norm, w->q_norm, w->k_norm,
+    /* q (and this layer's k): the per-head norm and RoPE in one pass; a norm over the
+     * whole projection (OLMo 2) runs first, on its own */
+    int head_norm = p->qk_norm == QK_NORM_HEAD;
+    if (p->qk_norm == QK_NORM_WHOLE) {
+        op->rmsnorm(b, q, w->q_norm, q, T, (int)qd, c->eps, c->norm_plus_one);
+        if (src == l) op->rmsnorm(b, k, w->k_norm, k, T, (int)kd, c->eps, c->norm_plus_one);
+    }
+    if (rope && m->rope_long) {
+        /* longrope: each sequence's table follows how far it reaches in this forward */
+        for (int i = 0, r = 0; i < n_seqs; r += seqs[i++].T) {
+            const rope_table *ri = seqs[i].past + seqs[i].T > m->rope_long_after ? rope + m->rope_long : rope;
+            op->qk_norm_rope(b, q + r * qd, src == l ? k + r * kd : NULL, seqs[i].T, p->n_heads, p->n_kv, p->head_dim,
+                             head_norm, w->q_norm, w->k_norm, c->eps, c->norm_plus_one, s->pos + r, ri);
+        }
+    } else if (head_norm || rope) {
+        op->qk_norm_rope(b, q, src == l ? k : NULL, T, p->n_heads, p->n_kv, p->head_dim, head_norm, w->q_norm, w->k_norm,
                          c->eps, c->norm_plus_one, s->pos, rope);
+    }
     /* each sequence writes its rows into its own cache and attends over it */
     attn_params ap = {p->n_heads, p->n_kv, p->head_dim, p->attn_scale, p->window, p->attn_softcap, w->sinks};
     for (int i = 0, r = 0; i < n_seqs; r += seqs[i++].T) {

@@ -1,4 +1,4 @@
-/* model/gemma.c: the Gemma 3 and Gemma 4 (text) family descriptions. Both scale the
+/* model/gemma.c: the Gemma 2, Gemma 3 and Gemma 4 (text) family descriptions. All scale the
  * embedding by sqrt(hidden) in the weight dtype, wrap attention and feed-forward in
  * sandwich norms, use q/k norms and GELU-tanh, and alternate sliding and full layers
  * with a RoPE table per layer type. Gemma 3 norms scale by (1 + w); Gemma 4's by w,
@@ -138,21 +138,40 @@ static int gemma3_ropes(model *m, const json_t *j, const char *where, int *local
     return (*local = add_rope(m, &r, 0, where)) < 0 ? -1 : 0;
 }
 
-static int describe_gemma3_text(model *m, const json_t *j, const char *where) {
+/* A softcap key: absent gives def (Gemma 2's are on by default), null turns it off. */
+static int softcap_key(const json_t *j, const char *key, double def, double *out, const char *where) {
+    const json_t *v = json_object_get(j, key);
+    if (v && json_is_null(v)) def = 0;
+    if (jget_num(j, key, def, out, where)) return -1;
+    if (*out < 0) return err_set("%s: key \"%s\" = %g must not be negative", where, key, *out);
+    return 0;
+}
+
+/* Gemma 2 and Gemma 3 (text) share their layers; Gemma 3 adds q/k norms and a RoPE
+ * table per layer type (Gemma 2 has one), its default pattern is 6 (Gemma 2's 2:
+ * every even layer slides), and Gemma 2's softcaps are on unless the config says
+ * otherwise (attention logits 50, final logits 30). */
+static int describe_gemma_2_3(model *m, const json_t *j, const char *where, int gemma3) {
     model_config *c = &m->cfg;
     c->tie = 1;
     c->norm_plus_one = 1;
     static const char *const causal_only[] = {NULL};
     if (model_parse_common(m, j, where) || model_reject_key(j, "use_bidirectional_attention", causal_only, where)) return -1;
     int *sliding = calloc((size_t)c->n_layers, sizeof *sliding), window = 0, local = 0, global = 0, bias = 0;
-    double qpas, acap;
+    double qpas, acap, fcap;
+    rope_spec r;
     int rc = -1;
     if (!sliding) return err_set("out of memory");
-    if (describe_shared(m, j, where, sliding, 6, &window) || gemma3_ropes(m, j, where, &local, &global) ||
-        jget_num(j, "query_pre_attn_scalar", 256, &qpas, where) || jget_num(j, "attn_logit_softcapping", 0, &acap, where) ||
-        jget_bool(j, "attention_bias", 0, &bias, where))
+    if (describe_shared(m, j, where, sliding, gemma3 ? 6 : 2, &window)) goto out;
+    if (gemma3 ? gemma3_ropes(m, j, where, &local, &global)
+               : rope_spec_parse(&r, model_rope_params(j, "full_attention"), j, where) || (local = global = add_rope(m, &r, 0, where)) < 0)
+        goto out;
+    if (jget_num(j, "query_pre_attn_scalar", 256, &qpas, where) ||
+        softcap_key(j, "attn_logit_softcapping", gemma3 ? 0 : 50, &acap, where) ||
+        softcap_key(j, "final_logit_softcapping", gemma3 ? 0 : 30, &fcap, where) || jget_bool(j, "attention_bias", 0, &bias, where))
         goto out;
     if (!(qpas > 0)) { err_set("%s: key \"query_pre_attn_scalar\" = %g must be positive", where, qpas); goto out; }
+    c->final_softcap = (float)fcap;
     for (int l = 0; l < c->n_layers; l++) {
         layer_plan *p = &m->plan[l];
         p->n_heads = c->n_heads;
@@ -160,7 +179,7 @@ static int describe_gemma3_text(model *m, const json_t *j, const char *where) {
         p->head_dim = c->head_dim;
         p->rope = sliding[l] ? local : global;
         p->window = sliding[l] ? window : 0;
-        p->qk_norm = 1;
+        p->qk_norm = gemma3 ? QK_NORM_HEAD : QK_NORM_NONE;
         p->attn_bias = bias;
         p->norm = NORM_SANDWICH;
         p->inter = c->inter;
@@ -173,10 +192,12 @@ out:
     return rc;
 }
 
+static int describe_gemma2(model *m, const json_t *j, const char *where) { return describe_gemma_2_3(m, j, where, 0); }
+
 static int describe_gemma3(model *m, const json_t *top, const char *where) {
     json_t *j = text_config(top, gemma3_defaults, where);
     if (!j) return -1;
-    int rc = describe_gemma3_text(m, j, where);
+    int rc = describe_gemma_2_3(m, j, where, 1);
     json_decref(j);
     return rc;
 }
@@ -348,9 +369,16 @@ static int bind_gemma4_moe(model *m, int l) {
     return 0;
 }
 
+static const char *const gemma2_types[] = {"gemma2", NULL};
 static const char *const gemma3_types[] = {"gemma3_text", "gemma3", NULL};
 static const char *const gemma4_types[] = {"gemma4_text", "gemma4", NULL};
 
+const family_desc family_gemma2 = {
+    .name = "gemma2",
+    .title = "Gemma 2",
+    .model_types = gemma2_types,
+    .describe = describe_gemma2,
+};
 const family_desc family_gemma3 = {
     .name = "gemma3",
     .title = "Gemma 3",

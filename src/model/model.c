@@ -14,7 +14,9 @@
 #include "model/model.h"
 #include "model/registry.h"
 
+/* Both skip what a family's bind_own bound already. */
 int model_bind(model *m, weight *w, const char *module, int64_t rows, int64_t cols) {
+    if (w->data) return 0;
     if (weight_bind(w, m->ck, &m->quant, module, rows, cols) != 0) return -1;
     m->weight_bytes += w->nbytes;
     m->n_params += rows * cols;
@@ -22,6 +24,7 @@ int model_bind(model *m, weight *w, const char *module, int64_t rows, int64_t co
 }
 
 int model_vec(model *m, float **out, const char *name, int64_t n) {
+    if (*out) return 0;
     if (!(*out = vec_load_f32(m->ck, name, n))) return -1;
     m->n_params += n;
     return 0;
@@ -77,6 +80,7 @@ static int bind_layer(model *m, int l) {
     char n[256];
     size_t nn = sizeof n;
     w->layer_scalar = 1.0f;
+    if (m->fam->bind_own && m->fam->bind_own(m, l) != 0) return -1;
     if (bind_attention(m, l, n, nn) || bind_norms(m, l, n, nn)) return -1;
     if (p->inter > 0 &&
         (model_bind(m, &w->gate, NAME("mlp.gate_proj"), p->inter, H) || model_bind(m, &w->up, NAME("mlp.up_proj"), p->inter, H) ||
@@ -94,7 +98,7 @@ static int bind_layer(model *m, int l) {
             return -1;
     }
     if (p->layer_scalar) {
-        float *v;
+        float *v = NULL;
         if (model_vec(m, &v, NAME("layer_scalar"), 1)) return -1;
         w->layer_scalar = v[0];
         free(v);

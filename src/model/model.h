@@ -13,7 +13,9 @@
 #include "kv/cache.h"
 #include "tensor/weight_bind.h"
 
-typedef enum { ROPE_NONE, ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN, ROPE_PROPORTIONAL } rope_type;
+typedef enum { ROPE_NONE, ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN, ROPE_PROPORTIONAL, ROPE_LONGROPE } rope_type;
+
+#define ROPE_MAX_FACTORS 512   /* longrope: per-pair factors of a rotated width up to 1024 */
 
 /* One RoPE configuration as config.json states it. */
 typedef struct {
@@ -27,16 +29,29 @@ typedef struct {
     int truncate;                               /* yarn */
     double partial;                             /* fraction of head_dim rotated */
     int head_dim;                               /* head dim the table serves; 0: config head_dim */
+    /* longrope (Phi-3 128k): inv_freq[i] = 1 / (factor[i] * theta^(2i/dim)) with the
+     * short factors, or the long ones when use_long; attn_factor from max_pos /
+     * orig_max_pos unless the config states attention_factor */
+    int n_factors, use_long;
+    double max_pos;                             /* the config's max_position_embeddings */
+    float short_factor[ROPE_MAX_FACTORS], long_factor[ROPE_MAX_FACTORS];
 } rope_spec;
 
 /* Gated activations (backend glu ops take the same numbers). */
 typedef enum { ACT_SILU = 0, ACT_GELU_TANH = 1, ACT_SWIGLU_CLAMP = 2 } act_kind;
 
+/* How a layer normalizes q and k before RoPE (layer_plan.qk_norm). */
+enum {
+    QK_NORM_NONE = 0,
+    QK_NORM_HEAD = 1,   /* RMSNorm over each head, weights [head_dim] (Qwen3, Gemma) */
+    QK_NORM_WHOLE = 2,  /* RMSNorm over the whole projection, weights [n_heads*hd] / [n_kv*hd] (OLMo 2) */
+};
+
 /* Where a layer's RMSNorms sit around its attention and feed-forward blocks. */
 typedef enum {
     NORM_PRE,       /* x += f(norm(x))              Llama, Qwen3, gpt-oss */
     NORM_SANDWICH,  /* x += post_norm(f(pre_norm(x))) Gemma 3/4 */
-    NORM_POST,      /* x += post_norm(f(x))         EXAONE 4 */
+    NORM_POST,      /* x += post_norm(f(x))         EXAONE 4, OLMo 2 */
 } norm_place;
 
 /* How a router turns its logits into top-k expert weights (see backend moe_route). */
@@ -61,7 +76,7 @@ typedef struct {
     int n_heads, n_kv, head_dim;
     int rope;          /* index into model.ropes, -1 for no RoPE (NoPE layer) */
     int window;        /* 0: full attention; > 0: sliding window of this many keys */
-    int qk_norm;       /* RMSNorm over each head of q and k before RoPE */
+    int qk_norm;       /* QK_NORM_*: RMSNorm of q and k before RoPE */
     int v_norm;        /* weightless RMSNorm over each head of v (Gemma 4) */
     int k_eq_v;        /* no v_proj: V is the raw k_proj output (Gemma 4 full layers) */
     int kv_source;     /* -1: own K/V and cache; else the layer whose cache this one reads */
@@ -134,6 +149,11 @@ typedef struct {
     /* Binds layer l's MoE weights (lw[l].moe and its norms) by the family's names;
      * NULL for families without experts. */
     int (*bind_moe)(model *m, int l);
+    /* Binds what layer l stores under the family's own names or shapes (Phi-3's fused
+     * qkv_proj, Qwen 2's q/k/v-only biases, OLMo 2's whole-projection q/k norms)
+     * before the shared binder runs, which skips whatever is bound already; NULL
+     * for families that use the shared names only. */
+    int (*bind_own)(model *m, int l);
 } family_desc;
 
 #define MODEL_MAX_ROPES 4
@@ -148,6 +168,10 @@ struct model {
     rope_spec rope_specs[MODEL_MAX_ROPES];
     rope_table ropes[MODEL_MAX_ROPES];
     int n_ropes;
+    int rope_long;             /* longrope: a sequence whose furthest position + 1 in a forward
+                                * exceeds rope_long_after uses table rope + rope_long instead
+                                * of rope (transformers' per-forward choice); 0: none */
+    int rope_long_after;
     weight embed, lm_head;     /* [V, H] each (lm_head aliases embed when tied) */
     float *final_norm;         /* [H] */
     weight ple_embed;          /* [ple_vocab, L*P] per-layer input table */
@@ -253,4 +277,27 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
 /* Weight binding helpers for family code and model.c: "<prefix><name>" tensors. */
 int model_bind(model *m, weight *w, const char *module, int64_t rows, int64_t cols);
 int model_vec(model *m, float **out, const char *name, int64_t n);
+
+/* What a Llama-like description (model/llama.c) varies: the defaults of the keys a
+ * config may leave out, and which sliding-window rule the family's config follows. */
+typedef enum {
+    WINDOW_NONE,     /* every layer full */
+    WINDOW_QWEN,     /* use_sliding_window + sliding_window from max_window_layers on, or layer_types */
+    WINDOW_ALL,      /* sliding_window (null: none) on every layer (Mistral, Mixtral, Phi-3) */
+} window_rule;
+
+typedef struct {
+    int tie;               /* tie_word_embeddings default */
+    int qk_norm;           /* QK_NORM_* */
+    int bias_default;      /* attention_bias default (biases on q, k, v and o) */
+    window_rule window;
+    norm_place norm;
+} llama_shape;
+
+/* Fills cfg, one RoPE table (two for longrope: short and long, see rope_long) and a
+ * Llama-like plan (SiLU MLP of intermediate_size, 1/sqrt(head_dim) scale) that a
+ * family then adjusts. */
+int model_describe_llama(model *m, const json_t *config, const char *where, const llama_shape *s);
+/* "<prefix>layers.<l>.<name>" into buf. */
+const char *model_layer_name(const model *m, int l, const char *name, char *buf, size_t n);
 #endif

@@ -16,6 +16,13 @@
     X(gemma4)       \
     X(gpt_oss)      \
     X(exaone4)      \
+    X(qwen2)        \
+    X(mistral)      \
+    X(phi3)         \
+    X(gemma2)       \
+    X(mixtral)      \
+    X(smollm3)      \
+    X(olmo2)        \
     /* end of the list */
 
 #define DECLARE(f) extern const family_desc family_##f;

@@ -25,9 +25,34 @@ static int proportional_init(rope_table *t, const rope_spec *r, int head_dim) {
     return 0;
 }
 
+/* longrope (Phi-3 128k): inv_freq[i] = 1 / (ext[i] * theta^(2i/dim)) in float32 with
+ * ext the short or the long factors; cos and sin scaled by sqrt(1 + ln(factor) /
+ * ln(original_max_position_embeddings)) when factor > 1, unless attention_factor
+ * is stated. */
+static int longrope_init(rope_table *t, const rope_spec *r, int dim) {
+    int half = dim / 2;
+    if (r->n_factors != half)
+        return err_set("rope: longrope has %d factors for a rotated width of %d (want %d)", r->n_factors, dim, half);
+    t->dim = dim;
+    if (r->attn_factor > 0) t->attn_factor = (float)r->attn_factor;
+    else t->attn_factor = r->factor <= 1 ? 1.0f : (float)sqrt(1 + log(r->factor) / log(r->orig_max_pos));
+    if (!(t->inv_freq = malloc((size_t)half * sizeof *t->inv_freq))) return err_set("out of memory");
+    const float *ext = r->use_long ? r->long_factor : r->short_factor;
+    for (int i = 0; i < half; i++) {
+        float p = powf((float)r->theta, (float)(2 * i) / (float)dim);
+        t->inv_freq[i] = 1.0f / (ext[i] * p);
+    }
+    return 0;
+}
+
 int rope_table_init(rope_table *t, const rope_spec *r, int head_dim) {
     if (r->head_dim > 0) head_dim = r->head_dim;
     if (r->type == ROPE_PROPORTIONAL) return proportional_init(t, r, head_dim);
+    if (r->type == ROPE_LONGROPE) {
+        int dim = (int)(head_dim * r->partial) & ~1;
+        if (dim < 2) return err_set("rope: rotated dimension %d is too small", dim);
+        return longrope_init(t, r, dim);
+    }
     int dim = (int)(head_dim * r->partial);
     dim &= ~1;
     if (dim < 2) return err_set("rope: rotated dimension %d is too small", dim);
@@ -63,6 +88,7 @@ int rope_table_init(rope_table *t, const rope_spec *r, int head_dim) {
         switch (r->type) {
         case ROPE_NONE:
         case ROPE_PROPORTIONAL:
+        case ROPE_LONGROPE:
         case ROPE_DEFAULT: break;
         case ROPE_LINEAR: inv /= r->factor; break;
         case ROPE_LLAMA3: {

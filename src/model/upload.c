@@ -57,7 +57,8 @@ static int each_vec(model *m, vec_fn fn, void *ctx) {
         const int64_t qd = (int64_t)p->n_heads * p->head_dim, kd = (int64_t)p->n_kv * p->head_dim;
         const int64_t E = p->moe.n_experts, I = p->moe.inter;
         V(w->attn_norm, H); V(w->mlp_norm, H); V(w->attn_post_norm, H); V(w->mlp_post_norm, H);
-        V(w->q_norm, p->head_dim); V(w->k_norm, p->head_dim);
+        const int whole = p->qk_norm == QK_NORM_WHOLE; /* OLMo 2: over the whole projection */
+        V(w->q_norm, whole ? qd : p->head_dim); V(w->k_norm, whole ? kd : p->head_dim);
         V(w->bq, qd); V(w->bk, kd); V(w->bv, kd); V(w->bo, H);
         V(w->sinks, p->n_heads);
         V(w->moe_pre_norm, H); V(w->mlp_post_norm1, H); V(w->moe_post_norm, H);
