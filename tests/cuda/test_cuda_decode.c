@@ -1,4 +1,4 @@
-/* tests/cuda/test_cuda_decode.c: the pipelined decode loop (engine/decode.c) with the
+/* tests/cuda/test_cuda_decode.c: the pipelined generation loop (engine/generate.c) with the
  * device sampler against the host loop on the same GPU (CELER_DEVICE_SAMPLE=0): the
  * same tokens for greedy and sampled settings, stopping on a stop token at the same
  * place, and the session and sampler left exactly as the host loop leaves them (a
@@ -30,8 +30,8 @@ static int gen(const char *dir, int device_sampling, const celer_sampler_params 
     celer_sampler *smp = s ? celer_sampler_new(sp, in.vocab_size) : NULL;
     const int32_t p1[5] = {1, 17, 42, 99, 7}, p2[3] = {5, 6, 8};
     int rc = -1;
-    if (smp && (r->na = celer_generate_sampled(s, smp, p1, 5, N1, stop, r->a, NULL, NULL)) >= 0 &&
-        (r->nb = celer_generate_sampled(s, smp, p2, 3, N2, -1, r->b, NULL, NULL)) >= 0) {
+    if (smp && (r->na = celer_generate(s, smp, p1, 5, N1, stop, r->a, NULL)) >= 0 &&
+        (r->nb = celer_generate(s, smp, p2, 3, N2, -1, r->b, NULL)) >= 0) {
         r->pos = celer_session_pos(s);
         rc = 0;
     }
