@@ -252,9 +252,10 @@ int celer_gen_add(celer_gen *g, const celer_gen_seq *seq);
 void celer_gen_cancel(celer_gen *g, int id);
 /* Sequences added and not finished or cancelled. */
 int celer_gen_active(const celer_gen *g);
-/* One step. *events gets the step's events (valid until the next call on g) and the
- * count is returned; 0 when no sequence is running. A failure is reported as a
- * CELER_FINISH_ERROR event of the sequence it belongs to (the others go on). */
+/* One step. *events gets the step's events (valid until the next step, cancel or
+ * free; celer_gen_add keeps them) and the count is returned; 0 when no sequence is
+ * running, -1 when out of memory (nothing was done). A failed forward or sampler is
+ * a CELER_FINISH_ERROR event of the sequence it belongs to (the others go on). */
 int celer_gen_step(celer_gen *g, const celer_gen_event **events);
 
 /* One sequence start to end: feeds prompt, generates up to max_tokens tokens into out

@@ -57,13 +57,14 @@ struct celer_gen {
     int budget;             /* tokens per step; 0: unlimited */
     gseq **seq;             /* [n_seq] (FREE ones are reused) */
     int n_seq;
-    celer_gen_event *ev;    /* [n_seq] this step's events */
-    /* batch scratch [n_seq] */
+    int cap;                /* sequences the arrays below hold */
+    celer_gen_event *ev;    /* [cap] this step's events */
+    /* batch scratch [cap] */
     celer_session **bs;
     const int32_t **bt;
     int *bn, *bi;
     unsigned char *bw;
-    unsigned char *landed;  /* [n_seq] landed this step: no more this step */
+    unsigned char *landed;  /* [cap] landed this step: no more this step */
 };
 
 const char *celer_finish_name(int f) {
@@ -132,28 +133,37 @@ int celer_gen_active(const celer_gen *g) {
     return n;
 }
 
-/* One more place for a sequence (every per-sequence array grows with it). */
+/* One more place for a sequence. The step's arrays grow in the step (reserve), so
+ * that adding a sequence leaves the last step's events where they are. */
 static int grow(celer_gen *g) {
-    int n = g->n_seq + 1;
-    gseq **seq = realloc(g->seq, (size_t)n * sizeof *seq);
+    gseq **seq = realloc(g->seq, (size_t)(g->n_seq + 1) * sizeof *seq);
     if (seq) g->seq = seq;
-    celer_gen_event *ev = realloc(g->ev, (size_t)n * sizeof *ev);
-    if (ev) g->ev = ev;
-    celer_session **bs = realloc(g->bs, (size_t)n * sizeof *bs);
-    if (bs) g->bs = bs;
-    const int32_t **bt = realloc(g->bt, (size_t)n * sizeof *bt);
-    if (bt) g->bt = bt;
-    int *bn = realloc(g->bn, (size_t)n * sizeof *bn);
-    if (bn) g->bn = bn;
-    int *bi = realloc(g->bi, (size_t)n * sizeof *bi);
-    if (bi) g->bi = bi;
-    unsigned char *bw = realloc(g->bw, (size_t)n * sizeof *bw);
-    if (bw) g->bw = bw;
-    unsigned char *landed = realloc(g->landed, (size_t)n * sizeof *landed);
-    if (landed) g->landed = landed;
-    gseq *q = seq && ev && bs && bt && bn && bi && bw && landed ? calloc(1, sizeof *q) : NULL;
+    gseq *q = seq ? calloc(1, sizeof *q) : NULL;
     if (!q) return err_set("generator: out of memory");
     g->seq[g->n_seq++] = q;
+    return 0;
+}
+
+/* The step's arrays for n_seq sequences. */
+static int reserve(celer_gen *g) {
+    if (g->cap >= g->n_seq) return 0;
+    size_t n = (size_t)g->n_seq;
+    celer_gen_event *ev = realloc(g->ev, n * sizeof *ev);
+    if (ev) g->ev = ev;
+    celer_session **bs = realloc(g->bs, n * sizeof *bs);
+    if (bs) g->bs = bs;
+    const int32_t **bt = realloc(g->bt, n * sizeof *bt);
+    if (bt) g->bt = bt;
+    int *bn = realloc(g->bn, n * sizeof *bn);
+    if (bn) g->bn = bn;
+    int *bi = realloc(g->bi, n * sizeof *bi);
+    if (bi) g->bi = bi;
+    unsigned char *bw = realloc(g->bw, n * sizeof *bw);
+    if (bw) g->bw = bw;
+    unsigned char *landed = realloc(g->landed, n * sizeof *landed);
+    if (landed) g->landed = landed;
+    if (!ev || !bs || !bt || !bn || !bi || !bw || !landed) return err_set("generator: out of memory");
+    g->cap = g->n_seq;
     return 0;
 }
 
@@ -434,6 +444,8 @@ int celer_gen_step(celer_gen *g, const celer_gen_event **events) {
         if (q->state != SEQ_FREE) active++, last = i;
     }
     if (!active) return 0;
+    if (reserve(g) != 0) return -1;
+    *events = g->ev;
     int n_ev = 0;
     if (active == 1 && g->seq[last]->state == SEQ_INFLIGHT) {
         gseq *q = g->seq[last];
