@@ -105,7 +105,30 @@ static void several_sessions(const char *name) {
     celer_gen_seq q3 = {.session = ss[2], .prompt = prompt[2], .n_prompt = np[2], .max_tokens = gen, .stop_token = -1};
     ids[2] = celer_gen_add(g, &q3);
     CHECK(ids[0] == 0 && ids[1] == 1 && ids[2] == 2, "%s: ids %d %d %d", name, ids[0], ids[1], ids[2]);
-    CHECK(run_all(g, outs, -1, 0) == 0, "%s: the loop failed", name);
+    /* the rest, checking the budget: at most 3 tokens go in per step, and prompt
+     * chunks share steps with decode tokens */
+    int mixed = 0, over = 0;
+    for (int guard = 0; guard < 10000 && celer_gen_active(g); guard++) {
+        int before[N], fed = 0, prefill = 0, decode = 0;
+        for (int i = 0; i < N; i++) before[i] = celer_session_pos(ss[i]);
+        const celer_gen_event *ev;
+        int n = celer_gen_step(g, &ev);
+        for (int i = 0; i < N; i++) {
+            int d = celer_session_pos(ss[i]) - before[i];
+            fed += d;
+            if (d > 0 && before[i] >= np[i]) decode++;
+            else if (d > 0) prefill++;
+        }
+        over += fed > 3;
+        mixed += prefill && decode;
+        for (int k = 0; k < n; k++) {
+            run_out *o = &outs[ev[k].seq];
+            if (ev[k].token >= 0) o->tok[o->n++] = ev[k].token;
+            o->finish = ev[k].finish;
+        }
+    }
+    CHECK(over == 0, "%s: %d steps fed more than the budget of 3 tokens", name, over);
+    CHECK(mixed > 0, "%s: no step mixed prompt chunks and decode tokens", name);
     for (int i = 0; i < N; i++) {
         CHECK(outs[i].n == gen && outs[i].finish == CELER_FINISH_LENGTH, "%s: session %d: %d tokens, finish %s", name,
               i, outs[i].n, celer_finish_name(outs[i].finish));
