@@ -259,7 +259,8 @@ int celer_gen_active(const celer_gen *g);
 int celer_gen_step(celer_gen *g, const celer_gen_event **events);
 
 /* One sequence start to end: feeds prompt, generates up to max_tokens tokens into out
- * (may be NULL; room for max_tokens, or for the context when max_tokens < 0), stopping
+ * (may be NULL; room for max_tokens tokens, or with max_tokens < 0 for the context left
+ * after the prompt plus one: the last token needs no room), stopping
  * after a stop token of smp or stop_token (>= 0). *finish (may be NULL) gets the
  * reason. Returns the count, or -1 on error. */
 int celer_generate(celer_session *s, celer_sampler *smp, const int32_t *prompt, int n_prompt, int max_tokens,
