@@ -148,12 +148,6 @@ int celer_session_rewind(celer_session *s, int n);
 int celer_batch_eval(celer_session *const *sessions, const int32_t *const *tokens, const int *n_tokens,
                      const unsigned char *want_logits, int n);
 
-/* Greedy generation: feeds prompt (n_prompt tokens), then generates up to n_gen
- * tokens into out, stopping after stop_token when stop_token >= 0. Returns the
- * number generated, or -1. */
-int celer_generate_greedy(celer_session *s, const int32_t *prompt, int n_prompt, int n_gen,
-                          int32_t stop_token, int32_t *out);
-
 /* ---- Sampling (llama.cpp's knobs) --------------------------------------------
  * A sampler turns logits into a token: penalties over a window of recent tokens,
  * then (when temperature > 0) top-k, top-p, min-p, temperature, and a draw from
@@ -193,14 +187,97 @@ int celer_sampler_is_stop(const celer_sampler *smp, int32_t token);
 /* Empties the history and restarts the RNG from seed. */
 void celer_sampler_reset(celer_sampler *smp, uint64_t seed);
 
-/* Sampled generation: feeds prompt (its tokens also enter the penalty window),
- * then generates up to n_gen tokens into out (may be NULL), stopping after a stop
- * token of smp or after stop_token when >= 0 (the stop token is the last one
- * written). on_token, when not NULL, sees each token as it is picked and ends
- * generation early by returning nonzero. Returns the number generated, or -1. */
-int celer_generate_sampled(celer_session *s, celer_sampler *smp, const int32_t *prompt, int n_prompt,
-                           int n_gen, int32_t stop_token, int32_t *out,
-                           int (*on_token)(int32_t token, void *ctx), void *ctx);
+/* ---- Generation: the one loop (engine/generate.c, docs/engine-core.md) ---------
+ * A generator steps any number of sequences (each a session of one model with its
+ * own sampler) together. Each step feeds every sequence its new tokens in one
+ * batched forward (the token each decoding sequence sampled last, then chunks of the
+ * prompts being prefilled, under a per-step token budget), samples every sequence
+ * that has fresh logits, and reports one event per sequence that produced a token
+ * or finished. A sequence ends on one of its stop tokens, on a stop string of its
+ * text stream, after max_tokens tokens, when the context is full (the token just
+ * sampled cannot be fed), or on an error; its session then holds the prompt and
+ * every generated token but the last (the last is never fed).
+ * Where the backend samples on the device and exactly one sequence is running (no
+ * logits wanted on the host, no penalties), the step is pipelined: the forward for
+ * token N+1 is queued before token N is read back; a step queued past the end is
+ * undone (the session rewinds, the sampler takes back its draw), so the tokens and
+ * the state left behind are those of the host loop. */
+typedef struct celer_gen celer_gen;
+typedef struct celer_textstream celer_textstream;
+
+typedef enum {
+    CELER_FINISH_NONE = 0,     /* still generating */
+    CELER_FINISH_STOP_TOKEN,   /* sampled a stop token (reported as the last token) */
+    CELER_FINISH_STOP_STRING,  /* the text reached a stop string (the text stops before it) */
+    CELER_FINISH_LENGTH,       /* max_tokens generated (also max_tokens 0: the prompt fed, nothing generated) */
+    CELER_FINISH_CONTEXT,      /* the context is full: the token just generated cannot be fed */
+    CELER_FINISH_ERROR,        /* a forward or the device sampler failed (message in the event) */
+} celer_finish;
+
+/* Short name of a finish reason ("stop_token", "stop_string", "length", "context", "error", "none"). */
+const char *celer_finish_name(int finish);
+
+typedef struct {
+    celer_session *session;    /* tokens go after those already in it */
+    celer_sampler *sampler;    /* NULL: greedy (argmax, lowest id on ties); its stop tokens end the sequence */
+    const int32_t *prompt;     /* [n_prompt] fed first (copied); they enter the sampler's penalty window.
+                                * n_prompt 0: the first token comes from the session's last logits */
+    int n_prompt;
+    int max_tokens;            /* tokens to generate at most; < 0: until the context is full */
+    int32_t stop_token;        /* one more stop token (e.g. end-of-sequence), or -1 */
+    celer_textstream *text;    /* NULL, or the text of the tokens and its stop strings (borrowed;
+                                * stop tokens add no text) */
+    int want_logits;           /* events carry the logits each token was sampled from (the host samples) */
+    /* called once the prompt is in the session, before its first token is sampled
+     * (session at exactly the prompt: the moment to snapshot or cache it); may be NULL */
+    void (*on_prompt)(celer_session *s, void *user);
+    void *user;                /* given back in events and to on_prompt */
+} celer_gen_seq;
+
+typedef struct {
+    int seq;                   /* the id celer_gen_add returned */
+    void *user;
+    int32_t token;             /* the token generated, or -1 (a finish without a token) */
+    const float *logits;       /* [vocab] what token was sampled from, with want_logits (else NULL) */
+    const char *text;          /* text that became final with this token (with a text stream; else "") */
+    size_t text_len;
+    int n_generated;           /* tokens generated so far, this one included */
+    int finish;                /* celer_finish: CELER_FINISH_NONE while the sequence goes on */
+    const char *error;         /* with CELER_FINISH_ERROR: what failed */
+} celer_gen_event;
+
+/* A generator for sessions of model m that feeds at most token_budget tokens per
+ * step (<= 0: unlimited): decode tokens first, prompt chunks share the rest (a
+ * prefilling prompt gets at least one token per step). NULL on out of memory. */
+celer_gen *celer_gen_new(celer_model *m, int token_budget);
+/* Undoes any step in flight (as celer_gen_cancel) and frees the generator (not the
+ * sessions, samplers or text streams). */
+void celer_gen_free(celer_gen *g);
+/* Adds a sequence; returns its id (>= 0), or -1 (a session of another model or
+ * already in use, a prompt that does not fit the context, n_prompt 0 and no logits). */
+int celer_gen_add(celer_gen *g, const celer_gen_seq *seq);
+/* Ends sequence id now without an event (the caller gave up on it: Ctrl-C, a client
+ * that left); a pipelined step in flight is undone, leaving the session holding every
+ * reported token but the last, as after a finish. */
+void celer_gen_cancel(celer_gen *g, int id);
+/* Sequences added and not finished or cancelled. */
+int celer_gen_active(const celer_gen *g);
+/* One step. *events gets the step's events (valid until the next step, cancel or
+ * free; celer_gen_add keeps them) and the count is returned; 0 when no sequence is
+ * running, -1 when out of memory (nothing was done). A failed forward or sampler is
+ * a CELER_FINISH_ERROR event of the sequence it belongs to (the others go on). */
+int celer_gen_step(celer_gen *g, const celer_gen_event **events);
+
+/* One sequence start to end: feeds prompt, generates up to max_tokens tokens into out
+ * (may be NULL; room for max_tokens tokens, or with max_tokens < 0 for the context left
+ * after the prompt plus one: the last token needs no room), stopping
+ * after a stop token of smp or stop_token (>= 0). *finish (may be NULL) gets the
+ * reason. Returns the count, or -1 on error. */
+int celer_generate(celer_session *s, celer_sampler *smp, const int32_t *prompt, int n_prompt, int max_tokens,
+                   int32_t stop_token, int32_t *out, int *finish);
+/* celer_generate greedily (no sampler). */
+int celer_generate_greedy(celer_session *s, const int32_t *prompt, int n_prompt, int n_gen, int32_t stop_token,
+                          int32_t *out);
 
 /* ---- KV cache: statistics, snapshots, cache files, prompt cache --------------
  * (docs/kv-cache.md). A snapshot shares the session's cache buffers (O(1): no row

@@ -69,6 +69,27 @@ const char *celer_detok_put(celer_detok *d, int32_t id, size_t *len);
 const char *celer_detok_flush(celer_detok *d, size_t *len);
 void celer_detok_free(celer_detok *d);
 
+/* The streaming detokenizer with stop strings (the one place they are matched, for
+ * the CLI and the server alike): text is returned once it is final, a stop string is
+ * found however the tokens split it, and text that may still become the start of a
+ * stop string is held back until it cannot. At a stop string the text before it is
+ * returned and nothing after it, ever. */
+typedef struct celer_textstream celer_textstream;
+/* A stream over t (skip_special as celer_detok_new) with n_stop stop strings (copied;
+ * empty ones are ignored; stop may be NULL when n_stop is 0). NULL on error. */
+celer_textstream *celer_textstream_new(const celer_tokenizer *t, int skip_special, const char *const *stop,
+                                       int n_stop);
+/* Adds a token. Returns the text that became final (valid until the next call on the
+ * stream), its length in *len; *hit (may be NULL) is 1 once a stop string appeared.
+ * NULL on out of memory. */
+const char *celer_textstream_put(celer_textstream *s, int32_t id, size_t *len, int *hit);
+/* Adds text directly (what put does after detokenizing). */
+const char *celer_textstream_put_text(celer_textstream *s, const char *text, size_t n, size_t *len, int *hit);
+/* The end of the text: the detokenizer's last bytes and whatever was held back (cut at
+ * a stop string they complete, *hit then 1). */
+const char *celer_textstream_flush(celer_textstream *s, size_t *len, int *hit);
+void celer_textstream_free(celer_textstream *s);
+
 /* Renders the tokenizer's chat template (chat_template.jinja, else tokenizer_config.json
  * "chat_template", the "default" one when it is a named list) with messages (a JSON
  * array of {"role","content",...}), tools (a JSON array or NULL) and

@@ -332,7 +332,7 @@ static void generate_on_default_model(void) {
     celer_sampler_params_default(&p);  /* temperature 0 */
     celer_sampler *smp = celer_sampler_new(&p, 4096);
     s = celer_session_new(m, 64, 16);
-    int na = celer_generate_sampled(s, smp, prompt, 6, 32, -1, a, NULL, NULL);
+    int na = celer_generate(s, smp, prompt, 6, 32, -1, a, NULL);
     CHECK(na == ng && ng == 32 && memcmp(a, g, sizeof g) == 0, "temperature 0 differs from greedy");
     celer_session_free(s);
     celer_sampler_free(smp);
@@ -344,7 +344,7 @@ static void generate_on_default_model(void) {
     for (int r = 0; r < 2; r++) {
         smp = celer_sampler_new(&p, 4096);
         s = celer_session_new(m, 64, 16);
-        int n = celer_generate_sampled(s, smp, prompt, 6, 32, -1, seqs[r], NULL, NULL);
+        int n = celer_generate(s, smp, prompt, 6, 32, -1, seqs[r], NULL);
         CHECK(n == 32, "sampled run %d: %d tokens: %s", r, n, celer_last_error());
         celer_session_free(s);
         celer_sampler_free(smp);

@@ -43,22 +43,6 @@ static double now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-typedef struct {
-    celer_detok *dt;
-    cli_stopper stop;
-} text_out;
-
-/* Streams each generated token's text to stdout (text mode); 1 ends generation
- * at the stop string. */
-static int print_token(int32_t token, void *ctx) {
-    text_out *o = ctx;
-    size_t len;
-    const char *piece = celer_detok_put(o->dt, token, &len);
-    int hit = piece && len ? cli_stopper_put(&o->stop, piece, len, stdout) != 0 : 0;
-    fflush(stdout);
-    return hit;
-}
-
 int cmd_generate(int argc, char **argv) {
     args a = {"generate", "[-m DIR] (--tokens LIST | --tokens-file F | -p TEXT | --chat MESSAGE) [-n N] [--temp F ...]",
               "Generates tokens (greedy unless --temp > 0) and prints the generated token ids, or the text with -p.",
@@ -84,8 +68,8 @@ int cmd_generate(int argc, char **argv) {
     int n = 0, n_stop = 0, status = 1;
     int32_t *tok = NULL, *stop = NULL, *out = NULL;
     celer_tokenizer *tk = NULL;
-    text_out to = {0};
-    cli_stopper_init(&to.stop, stop_text);
+    celer_textstream *ts = NULL;
+    celer_gen *g = NULL;
     celer_model *m = NULL;
     celer_sampler *smp = NULL;
     celer_session *s = NULL;
@@ -104,7 +88,7 @@ int cmd_generate(int argc, char **argv) {
             }
         }
         if ((!tk && !(tk = celer_tokenizer_open(dir))) || (!chat && (n = celer_tokenize(tk, text, strlen(text), 1, &tok)) < 0) ||
-            !(to.dt = celer_detok_new(tk, 1))) {
+            !(ts = celer_textstream_new(tk, 1, &stop_text, stop_text ? 1 : 0))) {
             cli_error("generate", "%s", celer_last_error());
             goto done;
         }
@@ -142,24 +126,36 @@ int cmd_generate(int argc, char **argv) {
     }
     double t0 = now();
     int32_t eos = args_get(&a, "--ignore-eos") ? -1 : info.eos_token;
-    int k = n_gen ? celer_generate_sampled(s, smp, tok, n, (int)n_gen, eos, out, to.dt ? print_token : NULL, &to) : 0;
-    if (k < 0) {
-        if (to.dt) printf("\n");
+    /* the generation loop, streaming the text (-p, --chat) as it becomes final */
+    celer_gen_seq q = {.session = s, .sampler = smp, .prompt = tok, .n_prompt = n, .max_tokens = (int)n_gen,
+                       .stop_token = eos, .text = ts};
+    int k = 0, finish = CELER_FINISH_NONE;
+    char why[512] = "";
+    if (!(g = celer_gen_new(m, 0)) || celer_gen_add(g, &q) < 0) {
         cli_error("generate", "%s", celer_last_error());
+        goto done;
+    }
+    while (!finish) {
+        const celer_gen_event *ev;
+        if (celer_gen_step(g, &ev) <= 0) break;
+        if (ev->token >= 0) out[k++] = ev->token;
+        if (ts && ev->text_len) {
+            fwrite(ev->text, 1, ev->text_len, stdout);
+            fflush(stdout);
+        }
+        if ((finish = ev->finish) == CELER_FINISH_ERROR) snprintf(why, sizeof why, "%s", ev->error);
+    }
+    if (finish == CELER_FINISH_ERROR) {
+        if (ts) printf("\n");
+        cli_error("generate", "%s", why);
         goto done;
     }
     if (save && celer_session_save_cache(s, save) != 0) {
         cli_error("generate", "%s", celer_last_error());
         goto done;
     }
-    if (to.dt) {
-        size_t len;
-        const char *rest = celer_detok_flush(to.dt, &len);
-        if (rest && len) cli_stopper_put(&to.stop, rest, len, stdout);
-        cli_stopper_flush(&to.stop, stdout);
-    } else {
+    if (!ts)
         for (int i = 0; i < k; i++) printf("%s%d", i ? "," : "", out[i]);
-    }
     printf("\n");
     status = 0;
     if (cli_stderr_is_tty()) {
@@ -168,11 +164,11 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "\n");
     }
 done:
+    celer_gen_free(g);
     celer_session_free(s);
     celer_sampler_free(smp);
     celer_model_free(m);
-    celer_detok_free(to.dt);
-    cli_stopper_free(&to.stop);
+    celer_textstream_free(ts);
     celer_tokenizer_free(tk);
     free(out);
     free(stop);

@@ -65,9 +65,7 @@ typedef struct {
     celer_tokenizer *tk;
     celer_session *s;
     celer_sampler *smp;
-    celer_detok *dt;
-    cli_stopper stop;         /* the current answer's --stop filter */
-    const char *stop_text;
+    const char *stop_text;    /* --stop, or NULL */
     celer_model_info info;
     int ctx, n_predict, quiet;
     int parse_special;        /* --parse-special-in-content */
@@ -87,22 +85,20 @@ typedef struct {
 
 /* ---------------------------------------------------------------- one turn */
 
-static int is_end(const chat *c, int32_t t) {
-    return t == c->eos[0] || t == c->eos[1] || celer_sampler_is_stop(c->smp, t);
-}
-
-/* Streams a token's text (end-of-turn tokens print nothing); stops on Ctrl-C. */
-static int on_token(int32_t t, void *ctx) {
-    chat *c = ctx;
-    if (c->t_first == 0) c->t_first = now();
-    int hit = 0;
-    if (!is_end(c, t)) {
-        size_t len;
-        const char *piece = celer_detok_put(c->dt, t, &len);
-        if (piece && len) hit = cli_stopper_put(&c->stop, piece, len, stdout) != 0;
-        fflush(stdout);
+/* Appends n bytes to the growing string *p (NUL-terminated). -1 on out of memory. */
+static int text_append(char **p, size_t *len, size_t *cap, const char *t, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap * 2 : 256;
+        while (c < *len + n + 1) c *= 2;
+        char *q = realloc(*p, c);
+        if (!q) return -1;
+        *p = q;
+        *cap = c;
     }
-    return hit || interrupted != 0;
+    memcpy(*p + *len, t, n);
+    *len += n;
+    (*p)[*len] = 0;
+    return 0;
 }
 
 /* The prompt for the conversation plus a new user message: the chat template with
@@ -155,30 +151,57 @@ static int chat_turn(chat *c, const char *user) {
     if (keep >= n) keep = n - 1;
     if (celer_session_rewind(c->s, keep) != 0) keep = 0, celer_session_rewind(c->s, 0);
     c->n_hist = keep;
-    int room = c->ctx - n;
-    int n_gen = c->n_predict > 0 && c->n_predict < room ? c->n_predict : room;
-    celer_detok_free(c->dt);  /* a fresh stream per answer */
-    if (!(c->dt = celer_detok_new(c->tk, 1))) {
+    /* the answer streams through the generation loop: its text stream cuts it at
+     * --stop, end-of-turn tokens add no text, Ctrl-C cancels it; the loop ends it
+     * at -n tokens or when the context is full */
+    celer_textstream *ts = celer_textstream_new(c->tk, 1, &c->stop_text, c->stop_text ? 1 : 0);
+    celer_gen *g = ts ? celer_gen_new(c->m, 0) : NULL;
+    celer_gen_seq q = {.session = c->s, .sampler = c->smp, .prompt = ids + keep, .n_prompt = n - keep,
+                       .max_tokens = c->n_predict > 0 ? c->n_predict : -1, .stop_token = c->eos[0], .text = ts};
+    int id = g ? celer_gen_add(g, &q) : -1;
+    if (id < 0) {
         cli_error("run", "%s", celer_last_error());
+        celer_gen_free(g);
+        celer_textstream_free(ts);
         free(ids);
         return -1;
     }
-    cli_stopper_free(&c->stop);
-    cli_stopper_init(&c->stop, c->stop_text);
     c->t_first = 0;
     double t0 = now();
-    int k = celer_generate_sampled(c->s, c->smp, ids + keep, n - keep, n_gen, c->eos[0], c->ans, on_token, c);
+    int k = 0, finish = CELER_FINISH_NONE;
+    char why[512] = "";
+    size_t alen = 0, acap = 0;
+    char *answer = NULL;       /* the text shown, which the conversation keeps */
+    while (!finish) {
+        if (interrupted) {
+            celer_gen_cancel(g, id);
+            size_t len = 0;
+            const char *rest = celer_textstream_flush(ts, &len, NULL);
+            if (rest && len && text_append(&answer, &alen, &acap, rest, len) == 0) fwrite(rest, 1, len, stdout);
+            break;
+        }
+        const celer_gen_event *ev;
+        if (celer_gen_step(g, &ev) <= 0) break;
+        if (ev->token >= 0) {
+            if (c->t_first == 0) c->t_first = now();
+            c->ans[k++] = ev->token;
+        }
+        if (ev->text_len && text_append(&answer, &alen, &acap, ev->text, ev->text_len) == 0) {
+            fwrite(ev->text, 1, ev->text_len, stdout);
+            fflush(stdout);
+        }
+        if ((finish = ev->finish) == CELER_FINISH_ERROR) snprintf(why, sizeof why, "%s", ev->error);
+    }
     double t1 = now();
-    size_t len;
-    const char *rest = celer_detok_flush(c->dt, &len);
-    if (rest && len) cli_stopper_put(&c->stop, rest, len, stdout);
-    cli_stopper_flush(&c->stop, stdout);
+    celer_gen_free(g);
+    celer_textstream_free(ts);
     printf("\n");
     fflush(stdout);
-    if (k < 0) {
-        cli_error("run", "%s", celer_last_error());
+    if (finish == CELER_FINISH_ERROR) {
+        cli_error("run", "%s", why);
         c->n_hist = 0;
         celer_session_rewind(c->s, 0);
+        free(answer);
         free(ids);
         return -1;
     }
@@ -187,11 +210,6 @@ static int chat_turn(chat *c, const char *user) {
     memcpy(c->hist, ids, (size_t)n * sizeof *ids);
     if (pos > n) memcpy(c->hist + n, c->ans, (size_t)(pos - n) * sizeof *ids);
     c->n_hist = pos;
-    int shown = k;
-    while (shown > 0 && is_end(c, c->ans[shown - 1])) shown--;
-    char *answer = celer_detokenize(c->tk, c->ans, (size_t)shown, 1, NULL);
-    char *cut = answer && c->stop_text && *c->stop_text ? strstr(answer, c->stop_text) : NULL;
-    if (cut) *cut = '\0';  /* the conversation keeps what was shown */
     json_array_append_new(c->msgs, json_pack("{s:s,s:s}", "role", "user", "content", user));
     json_array_append_new(c->msgs, json_pack("{s:s,s:s}", "role", "assistant", "content", answer ? answer : ""));
     free(answer);
@@ -518,7 +536,7 @@ int cmd_run(int argc, char **argv) {
     c.msgs = json_array();
     c.system = sys ? strdup(sys) : NULL;
     if (!(c.smp = celer_sampler_new(&sp, c.info.vocab_size)) || !(c.s = celer_session_new(c.m, c.ctx, 512)) ||
-        !(c.dt = celer_detok_new(c.tk, 1)) || !(c.hist = malloc((size_t)c.ctx * sizeof *c.hist)) ||
+        !(c.hist = malloc((size_t)c.ctx * sizeof *c.hist)) ||
         !(c.ans = malloc((size_t)c.ctx * sizeof *c.ans)) || !c.msgs) {
         cli_error("run", "%s", celer_last_error()[0] ? celer_last_error() : "out of memory");
         goto done;
@@ -554,8 +572,6 @@ done:
     free(c.system);
     free(c.hist);
     free(c.ans);
-    celer_detok_free(c.dt);
-    cli_stopper_free(&c.stop);
     celer_session_free(c.s);
     celer_sampler_free(c.smp);
     celer_tokenizer_free(c.tk);

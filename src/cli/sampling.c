@@ -1,5 +1,5 @@
 /* cli/sampling.c: reads the shared sampling flags (cli/sampling.h) into
- * celer_sampler_params, and cuts streamed text at a stop string. */
+ * celer_sampler_params. (Stop strings: celer_textstream, src/tokenizer/stop.c.) */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,53 +49,4 @@ int cli_sampling_params(const args *a, float def_temp, int ctx_size, celer_sampl
     p->seed = (uint64_t)sd;
     *seed = p->seed;
     return 0;
-}
-
-void cli_stopper_init(cli_stopper *s, const char *stop) {
-    memset(s, 0, sizeof *s);
-    s->stop = stop && *stop ? stop : NULL;
-    s->n_stop = s->stop ? strlen(s->stop) : 0;
-}
-
-int cli_stopper_put(cli_stopper *s, const char *piece, size_t len, FILE *f) {
-    if (s->hit) return 1;
-    if (!s->stop) {
-        fwrite(piece, 1, len, f);
-        return 0;
-    }
-    if (s->len + len + 1 > s->cap) {
-        size_t cap = (s->len + len + 1) * 2;
-        char *p = realloc(s->pend, cap);
-        if (!p) return -1;
-        s->pend = p;
-        s->cap = cap;
-    }
-    memcpy(s->pend + s->len, piece, len);
-    s->len += len;
-    s->pend[s->len] = '\0';
-    char *at = memmem(s->pend, s->len, s->stop, s->n_stop);
-    if (at) {
-        fwrite(s->pend, 1, (size_t)(at - s->pend), f);
-        s->len = 0;
-        s->hit = 1;
-        return 1;
-    }
-    /* hold back the longest tail that is a start of the stop string */
-    size_t keep = s->n_stop - 1 < s->len ? s->n_stop - 1 : s->len;
-    while (keep > 0 && memcmp(s->pend + s->len - keep, s->stop, keep) != 0) keep--;
-    fwrite(s->pend, 1, s->len - keep, f);
-    memmove(s->pend, s->pend + s->len - keep, keep);
-    s->len = keep;
-    return 0;
-}
-
-void cli_stopper_flush(cli_stopper *s, FILE *f) {
-    if (s->len && !s->hit) fwrite(s->pend, 1, s->len, f);
-    s->len = 0;
-}
-
-void cli_stopper_free(cli_stopper *s) {
-    free(s->pend);
-    s->pend = NULL;
-    s->len = s->cap = 0;
 }

@@ -28,22 +28,4 @@ int cli_flag_float(const args *a, const char *lng, float def, double lo, double 
  * -1 (*seed gets the one used). 0 ok, 2 on a usage error (printed). */
 int cli_sampling_params(const args *a, float def_temp, int ctx_size, celer_sampler_params *p, uint64_t *seed);
 
-/* A stop string over streamed text: what is written is final, and nothing of the
- * stop string (or of a piece that may still become it) is ever written. */
-typedef struct {
-    const char *stop;   /* NULL or "": never stops */
-    size_t n_stop;
-    char *pend;         /* [cap] text held back */
-    size_t len, cap;
-    int hit;            /* the stop string has appeared */
-} cli_stopper;
-
-void cli_stopper_init(cli_stopper *s, const char *stop);
-/* Adds a piece of text and writes to f what became final. 1 when the stop string
- * appeared (the text before it is written, the rest dropped), 0 otherwise, -1 when
- * out of memory. */
-int cli_stopper_put(cli_stopper *s, const char *piece, size_t len, FILE *f);
-/* Writes what is held back (at the end of generation) and empties it. */
-void cli_stopper_flush(cli_stopper *s, FILE *f);
-void cli_stopper_free(cli_stopper *s);
 #endif

@@ -63,12 +63,6 @@ celer_snapshot **engine_read_snapshots(const celer_model *cm, const char *path, 
  * the logits stay in device memory (has_logits is cleared) and tokens[pos] is -1
  * until the caller stores the token it reads back. */
 int engine_step_device_token(celer_session *s);
-/* The pipelined decode loop (decode.c) for backends that sample on the device:
- * generates up to n_gen tokens after the session's last logits as
- * celer_generate_sampled does. Returns the count, -1 on error, or -2 when this
- * backend or these sampler settings need the host loop (nothing was done). */
-int engine_decode_pipelined(celer_session *s, celer_sampler *smp, int n_gen, int32_t stop_token, int32_t *out,
-                            int (*on_token)(int32_t token, void *ctx), void *ctx);
 /* 64-bit identity of a model: config shape plus a hash of some of its weights. */
 uint64_t engine_model_fingerprint(const model *m);
 #endif

@@ -1,7 +1,8 @@
 /* engine/sample.c: token sampling with llama.cpp's knobs (penalties, top-k, top-p,
- * min-p, temperature), a seeded xoshiro256** generator, and the sampled generation
- * loop. Invariant: every buffer is allocated in celer_sampler_new, so picking a
- * token allocates nothing; the same seed and history give the same tokens. */
+ * min-p, temperature), a seeded xoshiro256** generator, and what a device sampler
+ * needs from it (the loop that uses them is engine/generate.c). Invariant: every
+ * buffer is allocated in celer_sampler_new, so picking a token allocates nothing;
+ * the same seed and history give the same tokens. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,28 +315,3 @@ double sample_device_draw(celer_sampler *s, sample_rng *before) {
 }
 
 void sample_device_undraw(celer_sampler *s, const sample_rng *before) { s->rng = *before; }
-
-/* ---------------------------------------------------------------- generation */
-
-int celer_generate_sampled(celer_session *s, celer_sampler *smp, const int32_t *prompt, int n_prompt, int n_gen,
-                           int32_t stop_token, int32_t *out, int (*on_token)(int32_t token, void *ctx),
-                           void *ctx) {
-    if (n_gen < 0 || n_prompt <= 0)
-        return err_set("generate: need a prompt of at least one token and n_gen >= 0 (got %d and %d)", n_prompt, n_gen);
-    if (celer_session_eval(s, prompt, n_prompt, NULL, 0) != 0) return -1;
-    for (int i = 0; i < n_prompt; i++) celer_sampler_accept(smp, prompt[i]);
-    if (n_gen == 0) return 0;
-    int k = engine_decode_pipelined(s, smp, n_gen, stop_token, out, on_token, ctx);
-    if (k != -2) return k;
-    k = 0;
-    while (k < n_gen) {
-        int32_t t = celer_sampler_sample(smp, celer_session_logits(s));
-        celer_sampler_accept(smp, t);
-        if (out) out[k] = t;
-        k++;
-        if (on_token && on_token(t, ctx)) break;
-        if (t == stop_token || celer_sampler_is_stop(smp, t) || k == n_gen) break;
-        if (celer_session_eval(s, &t, 1, NULL, 0) != 0) return -1;
-    }
-    return k;
-}

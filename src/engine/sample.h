@@ -33,7 +33,7 @@ void sample_apply_penalties(celer_sampler *smp, float *logits);
  * (>= 1). With temperature <= 0 the set is the argmax alone with probability 1. */
 int sample_candidates(celer_sampler *smp, const float *logits, const int32_t **ids, const float **probs);
 
-/* Device sampling (engine/decode.c). 1 and smp's filters in *p when no penalty is in
+/* Device sampling (engine/generate.c's pipelined step). 1 and smp's filters in *p when no penalty is in
  * effect (a device sampler applies none), else 0. */
 int sample_device_params(const celer_sampler *smp, sample_params *p);
 /* The uniform draw for one token, as celer_sampler_sample takes it (a draw whenever

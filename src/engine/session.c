@@ -212,19 +212,6 @@ int celer_session_rewind(celer_session *s, int n) {
     return 0;
 }
 
-int celer_generate_greedy(celer_session *s, const int32_t *prompt, int n_prompt, int n_gen,
-                          int32_t stop_token, int32_t *out) {
-    if (celer_session_eval(s, prompt, n_prompt, NULL, 0) != 0) return -1;
-    int k = 0;
-    while (k < n_gen) {
-        int32_t t = celer_session_argmax(s);
-        out[k++] = t;
-        if (t == stop_token || k == n_gen) break;
-        if (celer_session_eval(s, &t, 1, NULL, 0) != 0) return -1;
-    }
-    return k;
-}
-
 int celer_save_f32(const char *path, const char *name, const float *data, int ndim, const int64_t *shape) {
     if (ndim < 0 || ndim > ST_MAX_DIMS) return err_set("save %s: bad rank %d", path, ndim);
     st_out o = {.name = name, .dtype = ST_F32, .ndim = ndim, .data = data};

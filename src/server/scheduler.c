@@ -1,16 +1,19 @@
 /* server/scheduler.c: continuous batching. One thread owns the model, every slot's
- * session, sampler and detokenizer, and the prompt cache. Each step it
+ * session, sampler and text stream, the generation loop and the prompt cache. Each
+ * step it
  *   1. admits queued jobs into free slots (a job of n choices takes n slots at once),
- *      restoring the longest cached prefix of the prompt;
- *   2+3. advances every decoding slot by its pending token and prefills prompts in
- *      chunks (at most batch_size prompt tokens per step over all slots, so a long
- *      prompt does not stall the streams that are decoding), all in one
- *      celer_batch_eval: the batched forward shares its matrix products;
- *   4. samples each slot that has fresh logits, streams its text, and finishes it on
- *      a stop token, a stop string, max_tokens or a full context, keeping the
- *      conversation in the prompt cache.
- * Invariant: a slot is FREE (no job) or holds one reference to its job; only this
- * thread reads or writes slots. */
+ *      restoring the longest cached prefix of the prompt, and adds each slot's
+ *      sequence to the generation loop (celer_gen, engine/generate.c);
+ *   2. runs one step of the loop: every decoding slot's token and chunks of the
+ *      prompts being prefilled (at most batch_size tokens per step, so a long prompt
+ *      does not stall the streams that are decoding) in one batched forward, then
+ *      sampling, stop tokens, stop strings (celer_textstream), max_tokens and the
+ *      full context;
+ *   3. turns the loop's events into the job's events, and keeps finished
+ *      conversations in the prompt cache.
+ * The other choices of a job wait (SLOT_WAIT) until the leader's prompt is in its
+ * session, then start from a snapshot of it. Invariant: a slot is FREE (no job) or
+ * holds one reference to its job; only this thread reads or writes slots. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +21,7 @@
 
 #include "server/server.h"
 
-enum { SLOT_FREE = 0, SLOT_WAIT, SLOT_PREFILL, SLOT_DECODE };
+enum { SLOT_FREE = 0, SLOT_WAIT, SLOT_RUN };
 
 typedef struct {
     int state;
@@ -27,14 +30,12 @@ typedef struct {
     int leader;               /* slot that prefills for this job's other choices */
     celer_session *s;
     celer_sampler *smp;
-    celer_detok *dt;
-    int cursor;               /* prompt tokens in the session */
-    int32_t pending;          /* sampled, to be fed next step */
-    int need_feed;            /* pending is not yet in the session */
-    int has_logits;           /* the session's logits are ready to sample */
+    celer_textstream *ts;     /* the text, cut at the request's stop strings */
+    int gid;                  /* SLOT_RUN: the sequence's id in the generation loop */
+    celer_snapshot *snap;     /* the leader's prompt, for the other choices (until they start) */
+    int prompt_done;          /* the leader's prompt is in its session: start the other choices */
+    struct srv_sched *sched;
     int n_gen;
-    char *text;               /* [text_len] all generated text (stop strings look at it) */
-    size_t text_len, text_cap, sent;
     double t_last;            /* when the last token was sampled */
 } slot;
 
@@ -49,6 +50,7 @@ struct srv_sched {
     srv_metrics *met;
     celer_model_info info;
     celer_prompt_cache *pc;
+    celer_gen *gen;           /* the generation loop over every running slot */
     slot *slots;              /* [n_slots] */
     int n_slots;
     /* guarded by mu */
@@ -56,26 +58,24 @@ struct srv_sched {
     int q_head, q_len, q_cap;
     int draining;
     srv_sched_stats stats;
-    /* step scratch [n_slots] */
-    celer_session **bs;
-    const int32_t **bt;
-    int *bn, *bi;
-    unsigned char *bw;        /* logits wanted: decode steps and a prompt's last chunk */
 };
 
 /* ---- slots ---- */
 
 static void slot_release(srv_sched *S, slot *sl, int keep) {
+    if (sl->state == SLOT_RUN) celer_gen_cancel(S->gen, sl->gid); /* a no-op once it finished */
     if (keep && S->pc && sl->job->req->cache_prompt && celer_session_pos(sl->s) > 0)
         celer_prompt_cache_insert(S->pc, sl->s); /* 0 (too big for the budget) only means not cached */
     celer_session_rewind(sl->s, 0);
     celer_sampler_free(sl->smp);
-    celer_detok_free(sl->dt);
-    free(sl->text);
+    celer_textstream_free(sl->ts);
+    celer_snapshot_free(sl->snap);
     srv_job *j = sl->job;
     celer_session *s = sl->s;
+    srv_sched *S_ = sl->sched;
     memset(sl, 0, sizeof *sl);
     sl->s = s;
+    sl->sched = S_;
     sl->state = SLOT_FREE;
     srv_job_unref(j);
 }
@@ -87,47 +87,6 @@ static void job_abort(srv_sched *S, srv_job *j, int status, const char *msg) {
     for (int i = 0; i < S->n_slots; i++)
         if (S->slots[i].state != SLOT_FREE && S->slots[i].job == j) slot_release(S, &S->slots[i], 0);
     srv_job_unref(j);
-}
-
-static int text_add(slot *sl, const char *p, size_t n) {
-    if (sl->text_len + n + 1 > sl->text_cap) {
-        size_t cap = sl->text_cap ? sl->text_cap * 2 : 256;
-        while (cap < sl->text_len + n + 1) cap *= 2;
-        char *t = realloc(sl->text, cap);
-        if (!t) return -1;
-        sl->text = t;
-        sl->text_cap = cap;
-    }
-    memcpy(sl->text + sl->text_len, p, n);
-    sl->text_len += n;
-    sl->text[sl->text_len] = 0;
-    return 0;
-}
-
-/* Earliest stop string in text[sent..len): its offset, or -1. */
-static long stop_find(const slot *sl, const srv_request *r) {
-    long best = -1;
-    for (int i = 0; i < r->n_stop; i++) {
-        size_t L = strlen(r->stop[i]);
-        if (!sl->text) break;
-        const char *at = memmem(sl->text + sl->sent, sl->text_len - sl->sent, r->stop[i], L);
-        if (at && (best < 0 || at - sl->text < best)) best = at - sl->text;
-    }
-    return best;
-}
-
-/* Bytes at the end of the text that could begin a stop string (held back). */
-static size_t stop_holdback(const slot *sl, const srv_request *r) {
-    size_t hb = 0, avail = sl->text_len - sl->sent;
-    for (int i = 0; i < r->n_stop; i++) {
-        size_t L = strlen(r->stop[i]);
-        for (size_t k = L - 1 < avail ? L - 1 : avail; k > hb; k--)
-            if (memcmp(sl->text + sl->text_len - k, r->stop[i], k) == 0) {
-                hb = k;
-                break;
-            }
-    }
-    return hb;
 }
 
 /* ---- logprobs ---- */
@@ -203,68 +162,69 @@ static void emit(srv_sched *S, slot *sl, const char *text, size_t len, int32_t t
     (void)S;
 }
 
-/* Samples the next token of a slot whose logits are ready and reports it. */
-static void slot_sample(srv_sched *S, slot *sl) {
+/* Turns one event of the generation loop into the job's event. */
+static void slot_event(srv_sched *S, slot *sl, const celer_gen_event *ev) {
     srv_job *j = sl->job;
     const srv_request *r = j->req;
-    if (r->max_tokens == 0) { /* prompt evaluation only */
-        emit(S, sl, "", 0, 0, 0, NULL, SRV_FINISH_LENGTH);
-        srv_job_finish_choice(j);
-        slot_release(S, sl, 1);
+    if (ev->finish == CELER_FINISH_ERROR) {
+        sl->state = SLOT_WAIT; /* the loop dropped it already */
+        job_abort(S, j, 500, ev->error);
         return;
     }
-    const float *logits = celer_session_logits(sl->s);
-    int32_t tok = celer_sampler_sample(sl->smp, logits);
-    celer_sampler_accept(sl->smp, tok);
-    sl->has_logits = 0;
-    sl->n_gen++;
-    double now = srv_now();
-    if (sl->n_gen == 1) srv_metrics_ttft(S->met, now - j->t_submit);
-    else srv_metrics_token_latency(S->met, now - sl->t_last);
-    sl->t_last = now;
     json_t *lp = NULL;
-    if (r->logprobs) {
-        lp = json_array();
-        json_array_append_new(lp, logprob_entry(S, logits, tok, r->top_logprobs));
-    }
-    int finish = SRV_FINISH_NONE;
-    if (celer_sampler_is_stop(sl->smp, tok)) {
-        finish = SRV_FINISH_STOP;
-    } else {
-        size_t len = 0;
-        const char *piece = celer_detok_put(sl->dt, tok, &len);
-        if (piece && len && text_add(sl, piece, len)) {
-            job_abort(S, j, 500, "out of memory");
-            json_decref(lp);
-            return;
+    if (ev->token >= 0) {
+        sl->n_gen++;
+        double now = srv_now();
+        if (sl->n_gen == 1) srv_metrics_ttft(S->met, now - j->t_submit);
+        else srv_metrics_token_latency(S->met, now - sl->t_last);
+        sl->t_last = now;
+        if (r->logprobs && ev->logits) {
+            lp = json_array();
+            json_array_append_new(lp, logprob_entry(S, ev->logits, ev->token, r->top_logprobs));
         }
-        if (r->n_stop && stop_find(sl, r) >= 0) finish = SRV_FINISH_STOP;
-        else if (sl->n_gen >= r->max_tokens || celer_session_pos(sl->s) >= S->cfg.ctx_size) finish = SRV_FINISH_LENGTH;
     }
-    long at = -1;
+    int finish = ev->finish == CELER_FINISH_NONE                                                 ? SRV_FINISH_NONE
+                 : ev->finish == CELER_FINISH_STOP_TOKEN || ev->finish == CELER_FINISH_STOP_STRING ? SRV_FINISH_STOP
+                                                                                                   : SRV_FINISH_LENGTH;
+    emit(S, sl, ev->text, ev->text_len, ev->token, ev->token >= 0, lp, finish);
     if (finish) {
-        size_t len = 0;
-        const char *rest = celer_detok_flush(sl->dt, &len);
-        if (rest && len && text_add(sl, rest, len) == 0) {}
-        if (r->n_stop && (at = stop_find(sl, r)) >= 0) finish = SRV_FINISH_STOP;
-    }
-    size_t end = at >= 0 ? (size_t)at : sl->text_len;
-    if (!finish && r->n_stop) end -= stop_holdback(sl, r);
-    if (end < sl->sent) end = sl->sent;
-    emit(S, sl, sl->text ? sl->text + sl->sent : "", end - sl->sent, tok, 1, lp, finish);
-    sl->sent = end;
-    if (finish) {
-        srv_metrics_tokens(S->met, 0, 0, sl->n_gen);
+        if (ev->token >= 0) srv_metrics_tokens(S->met, 0, 0, sl->n_gen);
+        sl->state = SLOT_WAIT; /* out of the loop */
         srv_job_finish_choice(j);
         slot_release(S, sl, 1);
-    } else {
-        sl->pending = tok;
-        sl->need_feed = 1;
     }
 }
 
-/* Sets up a slot for choice c of job j: sampler, detokenizer, and (for choice 0)
- * the cached prefix of the prompt. */
+/* on_prompt of a leader: its prompt is in its session (nothing generated yet): keep
+ * it in the prompt cache for later turns and retries, and a snapshot for the other
+ * choices (started after the step). */
+static void leader_prompt(celer_session *s, void *user) {
+    slot *ld = user;
+    srv_sched *S = ld->sched;
+    const srv_request *r = ld->job->req;
+    uint64_t id;
+    int n = celer_session_pos(s);
+    if (S->pc && r->cache_prompt && celer_prompt_cache_lookup(S->pc, r->prompt, n, &id) < n)
+        celer_prompt_cache_insert(S->pc, s); /* 0 (too big for the budget) only means not cached */
+    if (r->n > 1) ld->snap = celer_session_snapshot(s); /* NULL (out of memory): the job fails after the step */
+    ld->prompt_done = 1;
+}
+
+/* Adds a slot's sequence to the generation loop (prompt: the tokens not yet in its
+ * session). */
+static int slot_start(srv_sched *S, slot *sl, const int32_t *prompt, int n_prompt) {
+    const srv_request *r = sl->job->req;
+    celer_gen_seq q = {.session = sl->s, .sampler = sl->smp, .prompt = prompt, .n_prompt = n_prompt,
+                       .max_tokens = r->max_tokens, .stop_token = -1, .text = sl->ts,
+                       .want_logits = r->logprobs, .user = sl};
+    if (sl->choice == 0) q.on_prompt = leader_prompt;
+    if ((sl->gid = celer_gen_add(S->gen, &q)) < 0) return -1;
+    sl->state = SLOT_RUN;
+    return 0;
+}
+
+/* Sets up a slot for choice c of job j: sampler and text stream; choice 0 restores
+ * the cached prefix of the prompt and starts generating, the others wait for it. */
 static int slot_setup(srv_sched *S, slot *sl, srv_job *j, int c, int leader) {
     const srv_request *r = j->req;
     celer_sampler_params p = r->sp;
@@ -272,8 +232,9 @@ static int slot_setup(srv_sched *S, slot *sl, srv_job *j, int c, int leader) {
     sl->job = j;
     sl->choice = c;
     sl->leader = leader;
-    if (!(sl->smp = celer_sampler_new(&p, S->info.vocab_size)) || !(sl->dt = celer_detok_new(S->tok, 1))) return -1;
-    for (int i = 0; i < r->n_prompt; i++) celer_sampler_accept(sl->smp, r->prompt[i]);
+    if (!(sl->smp = celer_sampler_new(&p, S->info.vocab_size)) ||
+        !(sl->ts = celer_textstream_new(S->tok, 1, (const char *const *)r->stop, r->n_stop)))
+        return -1;
     celer_session_rewind(sl->s, 0);
     if (c > 0) {
         sl->state = SLOT_WAIT;
@@ -292,35 +253,31 @@ static int slot_setup(srv_sched *S, slot *sl, srv_job *j, int c, int leader) {
     j->n_cached = cached;
     pthread_mutex_unlock(&j->mu);
     srv_metrics_tokens(S->met, r->n_prompt, cached, 0);
-    sl->cursor = cached;
-    sl->state = SLOT_PREFILL;
-    return 0;
+    /* the loop puts the tokens it feeds in the penalty window; the cached ones go here */
+    for (int i = 0; i < cached; i++) celer_sampler_accept(sl->smp, r->prompt[i]);
+    return slot_start(S, sl, r->prompt + cached, r->n_prompt - cached);
 }
 
-/* The leader's prompt is in its session: cache it and hand it to the other choices. */
-static void prefill_done(srv_sched *S, int li) {
-    slot *ld = &S->slots[li];
-    uint64_t id;
-    if (S->pc && ld->job->req->cache_prompt &&
-        celer_prompt_cache_lookup(S->pc, ld->job->req->prompt, ld->cursor, &id) < ld->cursor)
-        celer_prompt_cache_insert(S->pc, ld->s); /* the prompt alone: later turns and retries reuse it */
-    ld->state = SLOT_DECODE;
-    ld->has_logits = 1;
-    if (ld->job->req->n > 1) {
-        celer_snapshot *snap = celer_session_snapshot(ld->s);
-        for (int i = 0; i < S->n_slots; i++) {
-            slot *f = &S->slots[i];
-            if (f->state != SLOT_WAIT || f->job != ld->job) continue;
-            if (!snap || celer_session_restore(f->s, snap) != 0) {
-                celer_snapshot_free(snap);
-                job_abort(S, ld->job, 500, celer_last_error());
-                return;
-            }
-            f->state = SLOT_DECODE;
-            f->has_logits = 1;
+/* The leader's prompt is in its session: the other choices start from its snapshot. */
+static void start_followers(srv_sched *S, slot *ld) {
+    srv_job *j = ld->job;
+    const srv_request *r = j->req;
+    ld->prompt_done = 0;
+    for (int i = 0; i < S->n_slots; i++) {
+        slot *f = &S->slots[i];
+        if (f->state != SLOT_WAIT || f->job != j || f == ld) continue;
+        if (!ld->snap || celer_session_restore(f->s, ld->snap) != 0) {
+            job_abort(S, j, 500, ld->snap ? celer_last_error() : "out of memory");
+            return;
         }
-        celer_snapshot_free(snap);
+        for (int k = 0; k < r->n_prompt; k++) celer_sampler_accept(f->smp, r->prompt[k]);
+        if (slot_start(S, f, NULL, 0) != 0) {
+            job_abort(S, j, 500, celer_last_error());
+            return;
+        }
     }
+    celer_snapshot_free(ld->snap);
+    ld->snap = NULL;
 }
 
 /* ---- the step loop ---- */
@@ -408,62 +365,15 @@ static void step(srv_sched *S) {
             job_abort(S, sl->job, 0, NULL);
         }
     }
-    /* full cache hits: the logits are already there */
-    for (int i = 0; i < S->n_slots; i++) {
-        slot *sl = &S->slots[i];
-        if (sl->state == SLOT_PREFILL && sl->cursor == sl->job->req->n_prompt) prefill_done(S, i);
-    }
-    /* one step for everything: a token for every decoding slot, and chunks of the
-     * prompts being prefilled under one budget of batch_size tokens, in one
-     * celer_batch_eval (the batched forward shares the matrix products) */
-    int n = 0, budget = S->cfg.batch_size;
-    for (int i = 0; i < S->n_slots; i++) {
-        slot *sl = &S->slots[i];
-        if (sl->state != SLOT_DECODE || !sl->need_feed) continue;
-        S->bs[n] = sl->s;
-        S->bt[n] = &sl->pending;
-        S->bn[n] = 1;
-        S->bw[n] = 1;
-        S->bi[n++] = i;
-    }
-    for (int i = 0; i < S->n_slots && budget > 0; i++) {
-        slot *sl = &S->slots[i];
-        if (sl->state != SLOT_PREFILL) continue;
-        const srv_request *r = sl->job->req;
-        int m = r->n_prompt - sl->cursor;
-        if (m > budget) m = budget;
-        S->bs[n] = sl->s;
-        S->bt[n] = r->prompt + sl->cursor;
-        S->bn[n] = m;
-        S->bw[n] = sl->cursor + m == r->n_prompt;
-        S->bi[n++] = i;
-        budget -= m;
-    }
-    if (n && celer_batch_eval(S->bs, S->bt, S->bn, S->bw, n) != 0) {
-        /* find the culprit: feed each alone */
-        for (int k = 0; k < n; k++) {
-            slot *sl = &S->slots[S->bi[k]];
-            if (celer_session_eval(sl->s, S->bt[k], S->bn[k], NULL, 0) != 0) {
-                job_abort(S, sl->job, 500, celer_last_error());
-                S->bi[k] = -1;
-            }
-        }
-    }
+    /* one step of the generation loop for every running slot */
+    const celer_gen_event *ev;
+    int n = celer_gen_step(S->gen, &ev);
+    /* leaders whose prompt went in: their other choices start */
+    for (int i = 0; i < S->n_slots; i++)
+        if (S->slots[i].state != SLOT_FREE && S->slots[i].prompt_done) start_followers(S, &S->slots[i]);
     for (int k = 0; k < n; k++) {
-        if (S->bi[k] < 0) continue;
-        slot *sl = &S->slots[S->bi[k]];
-        if (sl->state == SLOT_DECODE) {
-            sl->need_feed = 0;
-            sl->has_logits = 1;
-        } else if (sl->state == SLOT_PREFILL) {
-            sl->cursor += S->bn[k];
-            if (sl->cursor == sl->job->req->n_prompt) prefill_done(S, S->bi[k]);
-        }
-    }
-    /* sample every slot with fresh logits */
-    for (int i = 0; i < S->n_slots; i++) {
-        slot *sl = &S->slots[i];
-        if (sl->state == SLOT_DECODE && sl->has_logits) slot_sample(S, sl);
+        slot *sl = ev[k].user;
+        if (sl->state == SLOT_RUN && sl->gid == ev[k].seq) slot_event(S, sl, &ev[k]);
     }
 }
 
@@ -494,14 +404,12 @@ srv_sched *srv_sched_new(celer_model *m, const celer_tokenizer *tok, const srv_c
     S->q_cap = cfg->queue_size > 0 ? cfg->queue_size : 1;
     S->slots = calloc((size_t)S->n_slots, sizeof *S->slots);
     S->queue = calloc((size_t)S->q_cap, sizeof *S->queue);
-    S->bs = calloc((size_t)S->n_slots, sizeof *S->bs);
-    S->bt = calloc((size_t)S->n_slots, sizeof *S->bt);
-    S->bn = calloc((size_t)S->n_slots, sizeof *S->bn);
-    S->bi = calloc((size_t)S->n_slots, sizeof *S->bi);
-    S->bw = calloc((size_t)S->n_slots, sizeof *S->bw);
-    if (!S->slots || !S->queue || !S->bs || !S->bt || !S->bn || !S->bi || !S->bw) goto fail;
-    for (int i = 0; i < S->n_slots; i++)
+    S->gen = celer_gen_new(m, cfg->batch_size);
+    if (!S->slots || !S->queue || !S->gen) goto fail;
+    for (int i = 0; i < S->n_slots; i++) {
+        S->slots[i].sched = S;
         if (!(S->slots[i].s = celer_session_new(m, cfg->ctx_size, cfg->batch_size))) goto fail;
+    }
     if (cfg->cache_prompt && !(S->pc = celer_prompt_cache_new(m, cfg->cache_bytes))) goto fail;
     S->stats.slots = S->n_slots;
     if (pthread_create(&S->th, NULL, sched_main, S) != 0) goto fail;
@@ -564,11 +472,7 @@ void srv_sched_free(srv_sched *S) {
     celer_prompt_cache_free(S->pc);
     free(S->slots);
     free(S->queue);
-    free(S->bs);
-    free(S->bt);
-    free(S->bn);
-    free(S->bi);
-    free(S->bw);
+    celer_gen_free(S->gen);
     pthread_cond_destroy(&S->cv);
     pthread_mutex_destroy(&S->mu);
     free(S);

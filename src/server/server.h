@@ -7,8 +7,9 @@
  *                (OpenAI chat/completions, llama-server /completion), error bodies
  *   sse.c        a job's event channel (scheduler -> HTTP thread) and SSE framing
  *   scheduler.c  one thread that owns the model and every session (slot): admits
- *                queued jobs, prefills in chunks, decodes all slots with one
- *                celer_batch_eval per step, samples, detokenizes, stops, caches
+ *                queued jobs, and runs the generation loop (celer_gen_step: chunked
+ *                prefill and every slot's decode token in one batched forward,
+ *                sampling, stop tokens and strings, limits), caches
  *   metrics.c    counters and histograms in Prometheus text format
  *   server.c     start (bind), load, run, drain, free
  *

@@ -1,8 +1,9 @@
-/* tests/cuda/test_cuda_decode.c: the pipelined decode loop (engine/decode.c) with the
+/* tests/cuda/test_cuda_decode.c: the pipelined generation loop (engine/generate.c) with the
  * device sampler against the host loop on the same GPU (CELER_DEVICE_SAMPLE=0): the
  * same tokens for greedy and sampled settings, stopping on a stop token at the same
  * place, and the session and sampler left exactly as the host loop leaves them (a
- * second generation after a follow-up prompt gives the same tokens again). Models:
+ * second generation after a follow-up prompt gives the same tokens again), also when
+ * the context fills (finish `context`, not an error, on both paths). Models:
  * the default model and gemma3's fixture (sliding-window caches, so undoing the
  * extra step rewinds a rotating cache). Run by `make test-cuda`. */
 #include <stdio.h>
@@ -30,8 +31,8 @@ static int gen(const char *dir, int device_sampling, const celer_sampler_params 
     celer_sampler *smp = s ? celer_sampler_new(sp, in.vocab_size) : NULL;
     const int32_t p1[5] = {1, 17, 42, 99, 7}, p2[3] = {5, 6, 8};
     int rc = -1;
-    if (smp && (r->na = celer_generate_sampled(s, smp, p1, 5, N1, stop, r->a, NULL, NULL)) >= 0 &&
-        (r->nb = celer_generate_sampled(s, smp, p2, 3, N2, -1, r->b, NULL, NULL)) >= 0) {
+    if (smp && (r->na = celer_generate(s, smp, p1, 5, N1, stop, r->a, NULL)) >= 0 &&
+        (r->nb = celer_generate(s, smp, p2, 3, N2, -1, r->b, NULL)) >= 0) {
         r->pos = celer_session_pos(s);
         rc = 0;
     }
@@ -72,14 +73,54 @@ static void same_tokens(const char *dir, const char *what, const celer_sampler_p
            ds.pos);
 }
 
+/* The context fills mid-generation: both loops end with finish `context` after the
+ * same tokens, the session full; a generation after rewinding gives the same tokens. */
+static int fill(const char *dir, int device_sampling, const celer_sampler_params *sp, int32_t *out, int *n, int *fin,
+                int32_t *out2, int *n2) {
+    setting_override(SET_CELER_DEVICE_SAMPLE, device_sampling ? "1" : "0");
+    celer_model *m = celer_model_open_on(dir, 2, "cuda");
+    if (!m) return -1;
+    celer_model_info in;
+    celer_model_get_info(m, &in);
+    celer_session *s = celer_session_new(m, 40, 16);
+    celer_sampler *smp = s ? celer_sampler_new(sp, in.vocab_size) : NULL;
+    const int32_t p1[5] = {1, 17, 42, 99, 7}, p2[3] = {5, 6, 8};
+    int rc = -1;
+    if (smp && (*n = celer_generate(s, smp, p1, 5, -1, -1, out, fin)) >= 0 && celer_session_pos(s) == 40 &&
+        celer_session_rewind(s, 20) == 0 && (*n2 = celer_generate(s, smp, p2, 3, 10, -1, out2, NULL)) >= 0)
+        rc = 0;
+    if (rc != 0) fprintf(stderr, "%s: %s (session at %d)\n", dir, celer_last_error(), s ? celer_session_pos(s) : -1);
+    celer_sampler_free(smp);
+    celer_session_free(s);
+    celer_model_free(m);
+    return rc;
+}
+
+static void context_full(const char *dir, const char *what, const celer_sampler_params *sp) {
+    int32_t ha[64], da[64], hb[16], db[16];
+    int hn = 0, dn = 0, hf = 0, df = 0, hn2 = 0, dn2 = 0;
+    if (fill(dir, 0, sp, ha, &hn, &hf, hb, &hn2) != 0 || fill(dir, 1, sp, da, &dn, &df, db, &dn2) != 0) {
+        CHECK(0, "%s %s: a run that fills the context failed", dir, what);
+        return;
+    }
+    CHECK(hn == 36 && dn == 36 && hf == CELER_FINISH_CONTEXT && df == CELER_FINISH_CONTEXT,
+          "%s %s: context 40 after 5 prompt tokens: host %d tokens (%s), device %d (%s); want 36 (context)", dir, what,
+          hn, celer_finish_name(hf), dn, celer_finish_name(df));
+    CHECK(memcmp(ha, da, sizeof(int32_t) * 36) == 0, "%s %s: tokens up to the full context differ", dir, what);
+    CHECK(hn2 == dn2 && memcmp(hb, db, sizeof(int32_t) * (size_t)hn2) == 0, "%s %s: generation after it differs", dir,
+          what);
+}
+
 static void run_model(const char *dir) {
     celer_sampler_params p;
     celer_sampler_params_default(&p);
     p.temperature = 0.0f;
     same_tokens(dir, "greedy", &p);
+    context_full(dir, "greedy", &p);
     p.temperature = 0.8f;
     p.seed = 42;
     same_tokens(dir, "t0.8 k40 p0.95 m0.05", &p);
+    context_full(dir, "t0.8", &p);
     p.temperature = 1.5f;
     p.top_k = 1000;
     p.top_p = 0.9f;
