@@ -1540,7 +1540,8 @@ static void json_str(jctx *c, jbuf *b, const char *s, size_t n) {
 
 static void json_nl(jctx *c, jbuf *b, int64_t indent, int level) {
     jputc(c, b, '\n');
-    if (indent > 0 && (uint64_t)indent > (uint64_t)CELER_MAX_TEMPLATE_MEMORY / (uint64_t)level) mem_fail(c);
+    if (!level || indent <= 0) return;
+    if ((uint64_t)indent > (uint64_t)CELER_MAX_TEMPLATE_MEMORY / (uint64_t)level) mem_fail(c);
     jfill(c, b, ' ', (size_t)(indent * level));
 }
 
