@@ -43,7 +43,7 @@
                                               * chains, attributes, calls, nested inside each other */
 #endif
 #ifndef CELER_MAX_TEMPLATE_NESTING
-#define CELER_MAX_TEMPLATE_NESTING 3000      /* evaluation frames open at once while rendering:
+#define CELER_MAX_TEMPLATE_NESTING 2000      /* evaluation frames open at once while rendering:
                                               * expressions, blocks, macro calls, values printed */
 #endif
 #ifndef CELER_MAX_TEMPLATE_RANGE

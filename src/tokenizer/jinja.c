@@ -23,6 +23,10 @@
 #include "base/limits.h"
 #include "tokenizer/tok.h"
 
+/* Helpers that the evaluator calls but that do not recurse into it stay out of its
+ * stack frame, which every level of a nested expression repeats. */
+#define JINJA_LEAF __attribute__((noinline))
+
 /* ======================================================================== arena */
 typedef struct jarena_blk {
     struct jarena_blk *next;
@@ -147,7 +151,8 @@ struct jctx {
     int lc_line, lc_col;
     jbuf *bufs;          /* every buffer holding memory: a failure frees them */
     jown *owned;         /* buffers turned into strings (jb_adopt), freed with the arena */
-    int depth;           /* parser: open blocks and expressions; renderer: macro calls */
+    int depth;           /* parser: open blocks; renderer: macro calls */
+    int pdepth;          /* parser: open expressions (brackets, unary operators) */
     int nest;            /* renderer: evaluation frames open (CELER_MAX_TEMPLATE_NESTING) */
     int brk, cont;
     size_t mem;          /* arena blocks, buffers and adopted strings (CELER_MAX_TEMPLATE_MEMORY) */
@@ -874,7 +879,7 @@ static jnode *parse_filters(jctx *c, jnode *n) {
 
 static jnode *parse_unary(jctx *c, int with_filter) {
     jtok *t = peek(c);
-    if (++c->depth > CELER_MAX_TEMPLATE_EXPR_DEPTH) jfail(c, t->line, t->col, "expression nested too deeply");
+    if (++c->pdepth > CELER_MAX_TEMPLATE_EXPR_DEPTH) jfail(c, t->line, t->col, "expression nested too deeply");
     jnode *n;
     if (is_op(t, "-") || is_op(t, "+")) {
         next_tok(c);
@@ -885,7 +890,7 @@ static jnode *parse_unary(jctx *c, int with_filter) {
         n = parse_postfix(c, parse_primary(c));
     }
     if (with_filter) n = parse_filters(c, n);
-    c->depth--;
+    c->pdepth--;
     return n;
 }
 
@@ -960,11 +965,11 @@ static jnode *parse_not(jctx *c) {
     jtok *t = peek(c);
     if (is_name(t, "not")) {
         next_tok(c);
-        if (++c->depth > CELER_MAX_TEMPLATE_EXPR_DEPTH) jfail(c, t->line, t->col, "expression nested too deeply");
+        if (++c->pdepth > CELER_MAX_TEMPLATE_EXPR_DEPTH) jfail(c, t->line, t->col, "expression nested too deeply");
         jnode *n = node(c, E_NOT, t);
         n->a = parse_not(c);
         seal(c, n);
-        c->depth--;
+        c->pdepth--;
         return n;
     }
     return parse_compare(c);
@@ -995,7 +1000,8 @@ static jnode *parse_or(jctx *c) {
 }
 
 static jnode *parse_expr(jctx *c) {
-    if (++c->depth > CELER_MAX_TEMPLATE_DEPTH) jfail(c, peek(c)->line, peek(c)->col, "expression nested too deeply");
+    /* brackets, arguments, conditionals: each level is about a dozen C frames */
+    if (++c->pdepth > CELER_MAX_TEMPLATE_EXPR_DEPTH) jfail(c, peek(c)->line, peek(c)->col, "expression nested too deeply");
     jnode *n = parse_or(c);
     while (is_name(peek(c), "if")) {
         jtok *t = next_tok(c);
@@ -1008,7 +1014,7 @@ static jnode *parse_expr(jctx *c) {
         }
         n = seal(c, x);
     }
-    c->depth--;
+    c->pdepth--;
     return n;
 }
 
@@ -1365,7 +1371,7 @@ static int jv_equal(jctx *c, jv a, jv b) {
     case JV_LIST:
         if (a.u.l->n != b.u.l->n) return 0;
         if (a.u.l == b.u.l) return 1;
-        nest_in(c, NULL, "value compared");
+        nest_in(c, NULL, "value");
         for (size_t i = 0; r && i < a.u.l->n; i++) {
             work(c, NULL, 1, 0);
             r = jv_equal(c, a.u.l->v[i], b.u.l->v[i]);
@@ -1375,7 +1381,7 @@ static int jv_equal(jctx *c, jv a, jv b) {
     case JV_DICT:
         if (a.u.d->n != b.u.d->n) return 0;
         if (a.u.d == b.u.d) return 1;
-        nest_in(c, NULL, "value compared");
+        nest_in(c, NULL, "value");
         for (size_t i = 0; r && i < a.u.d->n; i++) {
             jv *o = dict_find(c, b.u.d, a.u.d->k[i]);
             r = o && jv_equal(c, a.u.d->v[i], *o);
@@ -1689,7 +1695,7 @@ static jv bound(jctx *c, jv self, const char *name) {
     return v;
 }
 
-static jv get_attr(jctx *c, jnode *at, jv obj, const char *name) {
+static JINJA_LEAF jv get_attr(jctx *c, jnode *at, jv obj, const char *name) {
     size_t n = strlen(name);
     switch (obj.t) {
     case JV_UNDEF: undefined_error(c, at, obj, NULL);
@@ -1727,7 +1733,7 @@ static jv get_attr(jctx *c, jnode *at, jv obj, const char *name) {
 
 static int64_t norm_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
 
-static jv get_item(jctx *c, jnode *at, jv obj, jv key) {
+static JINJA_LEAF jv get_item(jctx *c, jnode *at, jv obj, jv key) {
     switch (obj.t) {
     case JV_UNDEF: undefined_error(c, at, obj, NULL);
     case JV_DICT:
@@ -1789,7 +1795,7 @@ static void slice_bounds(jctx *c, jnode *at, jv lo, jv hi, jv st, int64_t n, int
     } else *stop = def_stop;
 }
 
-static jv do_slice(jctx *c, jnode *at, jv obj, jv lo, jv hi, jv st) {
+static JINJA_LEAF jv do_slice(jctx *c, jnode *at, jv obj, jv lo, jv hi, jv st) {
     int64_t start, stop, step;
     if (obj.t == JV_LIST) {
         slice_bounds(c, at, lo, hi, st, (int64_t)obj.u.l->n, &start, &stop, &step);
@@ -1899,7 +1905,7 @@ static _Noreturn void int_overflow(jctx *c, const jnode *n) {
     jfail(c, n->line, n->col, "integer overflow (template integers are 64-bit)");
 }
 
-static jv binop(jctx *c, jnode *n, int op, jv a, jv b) {
+static JINJA_LEAF jv binop(jctx *c, jnode *n, int op, jv a, jv b) {
     if (op == OP_EQ) return mk_bool(jv_equal(c, a, b));
     if (op == OP_NE) return mk_bool(!jv_equal(c, a, b));
     if (op == OP_IN) return mk_bool(contains(c, n, b, a));
@@ -2019,9 +2025,9 @@ static jv arg(const jargs *a, int i, const char *kw, jv def) {
     return def;
 }
 
-static jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a);
-static jv apply_filter(jctx *c, jnode *at, const char *name, jv v, const jargs *a);
-static int apply_test(jctx *c, jnode *at, const char *name, jv v, const jargs *a);
+static JINJA_LEAF jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a);
+static JINJA_LEAF jv apply_filter(jctx *c, jnode *at, const char *name, jv v, const jargs *a);
+static JINJA_LEAF int apply_test(jctx *c, jnode *at, const char *name, jv v, const jargs *a);
 
 static int is_strip_char(uint32_t cp, jv chars) {
     if (chars.t != JV_STR) return tk_is_space(cp);
@@ -2177,7 +2183,7 @@ static jv join_list(jctx *c, jnode *at, jv seq, jv sep, jv attr) {
     return str_from_buf(c, &b);
 }
 
-static jv call_method(jctx *c, jnode *at, jmethod *m, const jargs *a) {
+static JINJA_LEAF jv call_method(jctx *c, jnode *at, jmethod *m, const jargs *a) {
     jv s = m->self;
     const char *nm = m->name;
     jv none = mk_none();
@@ -2301,7 +2307,37 @@ static jv call_method(jctx *c, jnode *at, jmethod *m, const jargs *a) {
     jfail(c, at->line, at->col, "%s has no method '%s'", type_name(s), nm);
 }
 
-static jv call_value(jctx *c, jnode *at, jv f, const jargs *a) {
+static JINJA_LEAF jv strftime_now(jctx *c, jnode *at, const jargs *a) {
+        jv fmt = arg(a, 0, NULL, mk_cstr("%Y-%m-%d"));
+        if (fmt.t != JV_STR) jfail(c, at->line, at->col, "strftime_now: format must be a string");
+        if (memchr(fmt.u.s.p, 0, fmt.u.s.n)) jfail(c, at->line, at->col, "strftime_now: embedded null character");
+        /* strftime writes nothing when its buffer is too small, and nothing for an
+         * empty result: a trailing '.' on the format tells the two apart, and the
+         * buffer doubles until the whole result fits */
+        jbuf f = {0};
+        jput(c, &f, fmt.u.s.p, fmt.u.s.n);
+        jputc(c, &f, '.');
+        f.p[f.n] = 0;
+        time_t now = time(NULL);
+        struct tm tmv;
+        localtime_r(&now, &tmv);
+        jbuf o = {0};
+        size_t k = 0;
+        for (size_t cap = 2 * f.n + 64;; cap *= 2) {
+            jb_grow(c, &o, cap);
+            k = strftime(o.p, o.cap, f.p, &tmv);
+            if (k) break;
+            if (o.cap > CELER_MAX_TEMPLATE_OUTPUT)
+                jfail(c, at->line, at->col, "strftime_now: the result exceeds %u bytes (the output limit)",
+                      CELER_MAX_TEMPLATE_OUTPUT);
+        }
+        work(c, at, 0, k);
+        o.n = k - 1; /* without the '.' */
+        jb_free(c, &f);
+        return str_from_buf(c, &o);
+    }
+
+static JINJA_LEAF jv call_value(jctx *c, jnode *at, jv f, const jargs *a) {
     if (f.t == JV_MACRO) return call_macro(c, at, f.u.m, a);
     if (f.t == JV_METHOD) return call_method(c, at, f.u.me, a);
     if (f.t == JV_FUNC) {
@@ -2315,35 +2351,7 @@ static jv call_value(jctx *c, jnode *at, jv f, const jargs *a) {
             jb_free(c, &b);
             longjmp(c->jb, 1);
         }
-        case FN_STRFTIME: {
-            jv fmt = arg(a, 0, NULL, mk_cstr("%Y-%m-%d"));
-            if (fmt.t != JV_STR) jfail(c, at->line, at->col, "strftime_now: format must be a string");
-            if (memchr(fmt.u.s.p, 0, fmt.u.s.n)) jfail(c, at->line, at->col, "strftime_now: embedded null character");
-            /* strftime writes nothing when its buffer is too small, and nothing for an
-             * empty result: a trailing '.' on the format tells the two apart, and the
-             * buffer doubles until the whole result fits */
-            jbuf f = {0};
-            jput(c, &f, fmt.u.s.p, fmt.u.s.n);
-            jputc(c, &f, '.');
-            f.p[f.n] = 0;
-            time_t now = time(NULL);
-            struct tm tmv;
-            localtime_r(&now, &tmv);
-            jbuf o = {0};
-            size_t k = 0;
-            for (size_t cap = 2 * f.n + 64;; cap *= 2) {
-                jb_grow(c, &o, cap);
-                k = strftime(o.p, o.cap, f.p, &tmv);
-                if (k) break;
-                if (o.cap > CELER_MAX_TEMPLATE_OUTPUT)
-                    jfail(c, at->line, at->col, "strftime_now: the result exceeds %u bytes (the output limit)",
-                          CELER_MAX_TEMPLATE_OUTPUT);
-            }
-            work(c, at, 0, k);
-            o.n = k - 1; /* without the '.' */
-            jb_free(c, &f);
-            return str_from_buf(c, &o);
-        }
+        case FN_STRFTIME: return strftime_now(c, at, a);
         case FN_NAMESPACE:
         case FN_DICT: {
             jdict *d = dict_new(c);
@@ -2516,7 +2524,7 @@ static int sort_cmp(const void *x, const void *y) {
     return jv_cmp(sort_ctx, sort_at, a, b);
 }
 
-static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) {
+static JINJA_LEAF jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) {
     jv none = mk_none();
     if (!strcmp(f, "safe")) return v;
     if (!strcmp(f, "default") || !strcmp(f, "d")) {
@@ -2703,7 +2711,7 @@ static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) 
     jfail(c, at->line, at->col, "no filter named '%s'", f);
 }
 
-static int apply_test(jctx *c, jnode *at, const char *t, jv v, const jargs *a) {
+static JINJA_LEAF int apply_test(jctx *c, jnode *at, const char *t, jv v, const jargs *a) {
     if (!strcmp(t, "defined")) return v.t != JV_UNDEF;
     if (!strcmp(t, "undefined")) return v.t == JV_UNDEF;
     if (!strcmp(t, "none")) return v.t == JV_NONE;
@@ -2760,7 +2768,7 @@ static jv capture_end(jctx *c, jbuf *saved) {
     return str_from_buf(c, b);
 }
 
-static jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a) {
+static JINJA_LEAF jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a) {
     if (++c->depth > CELER_MAX_TEMPLATE_DEPTH) jfail(c, at->line, at->col, "macro recursion too deep");
     jframe *f = jalloc(c, sizeof *f);
     memset(f, 0, sizeof *f);
