@@ -39,7 +39,7 @@
 #define CELER_MAX_TEMPLATE_DEPTH 200         /* nested blocks and parenthesized expressions; macro calls */
 #endif
 #ifndef CELER_MAX_TEMPLATE_EXPR_DEPTH
-#define CELER_MAX_TEMPLATE_EXPR_DEPTH 400    /* height of one expression's tree: operators, filter
+#define CELER_MAX_TEMPLATE_EXPR_DEPTH 500    /* height of one expression's tree: operators, filter
                                               * chains, attributes, calls, nested inside each other */
 #endif
 #ifndef CELER_MAX_TEMPLATE_NESTING
