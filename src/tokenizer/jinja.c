@@ -6,9 +6,18 @@
  * tests, methods, calls), statements, entry points.
  *
  * Every allocation of one render (AST, values, strings) comes from one arena that is
- * freed when the render ends, so values are shared freely and never freed one by one.
- * Errors (syntax, runtime, raise_exception) unwind with longjmp to the entry point,
- * which frees the arena; messages name the template's line and column. */
+ * freed when the render ends, so values are shared freely and never freed one by one;
+ * growing buffers (jbuf) are malloc'd, on one list while they hold memory, and become
+ * arena-owned strings without a copy (jb_adopt). Errors (syntax, runtime,
+ * raise_exception) free the listed buffers and unwind with longjmp to the entry point,
+ * which frees the rest; messages name the template's line and column.
+ *
+ * Hostile templates (docs/limits.md): all memory is charged to
+ * CELER_MAX_TEMPLATE_MEMORY as it grows; work (statements, iterations, elements
+ * visited, bytes read or written) to CELER_MAX_TEMPLATE_STEPS; an expression taller
+ * than CELER_MAX_TEMPLATE_EXPR_DEPTH is refused when parsed; and every recursive path
+ * of the renderer (eval, statements, values printed, compared or serialized) enters
+ * a frame counted against CELER_MAX_TEMPLATE_NESTING, which bounds the C stack. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -160,6 +169,17 @@ struct jctx {
     uint64_t bytes;      /* bytes read or written by filters, tests, operators and output */
 };
 
+/* Unwinds a failed render to its entry point. The buffers are freed first, while
+ * the frames that hold some of them (locals of the functions being unwound) exist. */
+static _Noreturn void jbail(jctx *c) {
+    while (c->bufs) {
+        jbuf *b = c->bufs;
+        c->bufs = b->next;
+        free(b->p);
+    }
+    longjmp(c->jb, 1);
+}
+
 static _Noreturn void jfail(jctx *c, int line, int col, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
@@ -172,7 +192,7 @@ static _Noreturn void jfail(jctx *c, int line, int col, const char *fmt, ...) {
     }
     if (line > 0) err_set("%s:%d:%d: %s", c->where, line, col, msg);
     else err_set("%s: %s", c->where, msg);
-    longjmp(c->jb, 1);
+    jbail(c);
 }
 
 static _Noreturn void mem_fail(jctx *c) {
@@ -2349,7 +2369,7 @@ static JINJA_LEAF jv call_value(jctx *c, jnode *at, jv f, const jargs *a) {
             jputc(c, &b, 0);
             err_set("%s:%d:%d: raise_exception: %s", c->where, at->line, at->col, b.p ? b.p : "");
             jb_free(c, &b);
-            longjmp(c->jb, 1);
+            jbail(c);
         }
         case FN_STRFTIME: return strftime_now(c, at, a);
         case FN_NAMESPACE:
@@ -2942,12 +2962,9 @@ static void exec_body(jctx *c, jnode **body, int n) {
 }
 
 /* ======================================================================== entry points */
+/* Frees the render's memory; on success every buffer has been freed or adopted, on
+ * failure jbail freed them. */
 static void ctx_free(jctx *c) {
-    while (c->bufs) {
-        jbuf *b = c->bufs;
-        c->bufs = b->next;
-        free(b->p);
-    }
     for (jown *o = c->owned; o; o = o->next) free(o->p);
     jarena_blk *b = c->arena;
     while (b) {
