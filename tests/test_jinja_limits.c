@@ -116,6 +116,15 @@ static void nested_macro_calls(void) {
     sprintf(t + k, "{%% endmacro %%}{{ f(0) }}");
     expect_error("macros x blocks", t, NULL, "nested too deeply");
     free(t);
+    /* map('map', 'map', ..., 'upper') applies map inside map once per argument */
+    t = malloc(100000 * 7 + 64);
+    k = (size_t)sprintf(t, "{{ ['x']|map(");
+    for (int i = 0; i < 100000; i++) k += (size_t)sprintf(t + k, "'map', ");
+    sprintf(t + k, "'upper')|list }}");
+    expect_error("map inside map", t, NULL, "filter nested too deeply");
+    free(t);
+    expect_out("map('map', 'upper')", "{{ [['a', 'b'], 'c']|map('map', 'upper')|map('list')|list }}", NULL,
+               "[['A', 'B'], ['C']]");
 }
 
 /* Values a template builds can be nested without end, or refer to themselves:

@@ -2707,7 +2707,10 @@ static JINJA_LEAF jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const
         if (fname.t != JV_STR) jfail(c, at->line, at->col, "map: needs a filter name or attribute=");
         jargs rest = {a->v ? a->v + 1 : NULL, a->kw ? a->kw + 1 : NULL, a->n > 0 ? a->n - 1 : 0};
         const char *fn = jstrdup(c, fname.u.s.p, fname.u.s.n);
+        /* map('map', 'map', ...) recurses once per argument */
+        nest_in(c, at, "filter");
         for (size_t i = 0; i < l->n; i++) list_push(c, r, apply_filter(c, at, fn, l->v[i], &rest));
+        c->nest--;
         return mk_list(r);
     }
     if (!strcmp(f, "select") || !strcmp(f, "reject") || !strcmp(f, "selectattr") || !strcmp(f, "rejectattr")) {
