@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fuzz/run.sh [SECONDS] [HARNESS...]: builds the libFuzzer harnesses (clang,
 # -fsanitize=fuzzer,address,undefined) into build-fuzz/, then runs each for SECONDS
-# (default 60) on a corpus seeded from fuzz/seeds/<harness>/. Fails on any crash,
+# (default 60) on a corpus seeded from fuzz/seeds/<harness>/, with fuzz/<harness>.dict
+# as its dictionary where there is one. Fails on any crash,
 # leak, timeout or sanitizer report; the input that caused it is left in
 # build-fuzz/artifacts/ and should be added to fuzz/regress/<harness>/.
 set -u
@@ -20,8 +21,9 @@ for n in $names; do
   mkdir -p $B/corpus/$n
   seeds=fuzz/seeds/$n; [ -d "$seeds" ] || seeds=
   regress=fuzz/regress/$n; [ -d "$regress" ] || regress=
+  dict=; [ -f fuzz/$n.dict ] && dict=-dict=fuzz/$n.dict   # tokens of the format (fuzz/fuzz_jinja.dict)
   echo "== $n: ${secs}s"
-  if ! $B/fuzz/$n -max_total_time="$secs" -timeout=10 -rss_limit_mb=2560 -max_len=65536 \
+  if ! $B/fuzz/$n $dict -max_total_time="$secs" -timeout=10 -rss_limit_mb=2560 -max_len=65536 \
        -artifact_prefix=$B/artifacts/$n- -print_final_stats=1 $B/corpus/$n $seeds $regress > $B/fuzz/$n.log 2>&1; then
     echo "FAIL $n (see $B/fuzz/$n.log and $B/artifacts/)"; tail -n 30 $B/fuzz/$n.log; status=1
   else

@@ -247,7 +247,7 @@ static void template_steps(void) {
     size_t k = (size_t)sprintf(t, "{%% for i in range(250000) %%}");
     for (int i = 0; i < 40; i++) k += (size_t)sprintf(t + k, "{%% if 0 %%}{%% endif %%}");
     k += (size_t)sprintf(t + k, "{%% endfor %%}");
-    expect_render_error("steps", t, k, "rendering runs more than 10000000 statements and loop iterations (the limit)");
+    expect_render_error("steps", t, k, "rendering takes more than 10000000 steps (the limit");
 }
 
 static void template_memory(void) {

@@ -59,19 +59,26 @@
 #define CELER_MAX_TEMPLATE_OUTPUT (32u << 20) /* bytes one render may produce */
 #endif
 #ifndef CELER_MAX_TEMPLATE_DEPTH
-#define CELER_MAX_TEMPLATE_DEPTH 200         /* nested blocks, macro calls, filter chains */
+#define CELER_MAX_TEMPLATE_DEPTH 200         /* nested blocks and parenthesized expressions; macro calls */
 #endif
 #ifndef CELER_MAX_TEMPLATE_EXPR_DEPTH
-#define CELER_MAX_TEMPLATE_EXPR_DEPTH 400    /* nested expressions (parentheses, operators) */
+#define CELER_MAX_TEMPLATE_EXPR_DEPTH 500    /* height of one expression's tree: operators, filter
+                                              * chains, attributes, calls, nested inside each other */
+#endif
+#ifndef CELER_MAX_TEMPLATE_NESTING
+#define CELER_MAX_TEMPLATE_NESTING 2000      /* evaluation frames open at once while rendering:
+                                              * expressions, blocks, macro calls, values printed */
 #endif
 #ifndef CELER_MAX_TEMPLATE_RANGE
 #define CELER_MAX_TEMPLATE_RANGE 1000000     /* elements of one range() */
 #endif
 #ifndef CELER_MAX_TEMPLATE_STEPS
-#define CELER_MAX_TEMPLATE_STEPS 10000000    /* statements and loop iterations of one render */
+#define CELER_MAX_TEMPLATE_STEPS 10000000    /* steps of one render: statements, loop iterations,
+                                              * elements visited, CELER_TEMPLATE_STEP_BYTES bytes */
 #endif
+#define CELER_TEMPLATE_STEP_BYTES 64         /* bytes read or written that count as one step */
 #ifndef CELER_MAX_TEMPLATE_MEMORY
-#define CELER_MAX_TEMPLATE_MEMORY (256u << 20) /* working memory of one render (values, scopes) */
+#define CELER_MAX_TEMPLATE_MEMORY (256u << 20) /* memory of one render: AST, values, scopes, buffers, output */
 #endif
 
 /* ---- `celer serve` defaults (src/server/, flags in src/cli/cmd_serve.c) ---- */

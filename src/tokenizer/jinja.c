@@ -6,9 +6,18 @@
  * tests, methods, calls), statements, entry points.
  *
  * Every allocation of one render (AST, values, strings) comes from one arena that is
- * freed when the render ends, so values are shared freely and never freed one by one.
- * Errors (syntax, runtime, raise_exception) unwind with longjmp to the entry point,
- * which frees the arena; messages name the template's line and column. */
+ * freed when the render ends, so values are shared freely and never freed one by one;
+ * growing buffers (jbuf) are malloc'd, on one list while they hold memory, and become
+ * arena-owned strings without a copy (jb_adopt). Errors (syntax, runtime,
+ * raise_exception) free the listed buffers and unwind with longjmp to the entry point,
+ * which frees the rest; messages name the template's line and column.
+ *
+ * Hostile templates (docs/limits.md): all memory is charged to
+ * CELER_MAX_TEMPLATE_MEMORY as it grows; work (statements, iterations, elements
+ * visited, bytes read or written) to CELER_MAX_TEMPLATE_STEPS; an expression taller
+ * than CELER_MAX_TEMPLATE_EXPR_DEPTH is refused when parsed; and every recursive path
+ * of the renderer (eval, statements, values printed, compared or serialized) enters
+ * a frame counted against CELER_MAX_TEMPLATE_NESTING, which bounds the C stack. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +31,10 @@
 #include "base/err.h"
 #include "base/limits.h"
 #include "tokenizer/tok.h"
+
+/* Helpers that the evaluator calls but that do not recurse into it stay out of its
+ * stack frame, which every level of a nested expression repeats. */
+#define JINJA_LEAF __attribute__((noinline))
 
 /* ======================================================================== arena */
 typedef struct jarena_blk {
@@ -92,6 +105,7 @@ struct jnode {
     jnode **body, **orelse;
     int nbody, norelse;
     jv lit;
+    int h;               /* expressions: height of the tree below (1 for a leaf) */
 };
 
 /* binary operators */
@@ -110,6 +124,19 @@ typedef struct {
     double f;
 } jtok;
 
+/* A growing byte buffer of one render: its bytes are charged to the memory budget
+ * and it is on the context's list while it holds any, so that a failure frees it. */
+typedef struct jbuf {
+    char *p;
+    size_t n, cap;
+    struct jbuf *prev, *next;
+} jbuf;
+
+typedef struct jown {
+    struct jown *next;
+    char *p;
+} jown;
+
 typedef struct jframe {
     struct jframe *parent;
     jdict vars;
@@ -123,20 +150,35 @@ struct jctx {
     const char *where;
     jtok *toks;
     size_t ntok, captok, pos;
-    tk_buf *out;
+    jbuf *out;           /* where statements write: the result, or a capture */
+    jbuf *top;           /* the result */
+    size_t clean;        /* bytes of the result checked by check_output */
+    const jnode *stmt;   /* the statement running: where failures without a node point */
     jframe *root;
     jframe *frame;   /* the innermost scope */
     const char *lc_pos;  /* line_col cache */
     int lc_line, lc_col;
-    tk_buf *caps[256];  /* open output captures (macro calls, set blocks) */
-    int ncap;
-    tk_buf *held[16];   /* local buffers a failure must free (hold/unhold): jfail longjmps past them */
-    int nheld;
-    int depth;
+    jbuf *bufs;          /* every buffer holding memory: a failure frees them */
+    jown *owned;         /* buffers turned into strings (jb_adopt), freed with the arena */
+    int depth;           /* parser: open blocks; renderer: macro calls */
+    int pdepth;          /* parser: open expressions (brackets, unary operators) */
+    int nest;            /* renderer: evaluation frames open (CELER_MAX_TEMPLATE_NESTING) */
     int brk, cont;
-    size_t arena_bytes;  /* allocated by jalloc (CELER_MAX_TEMPLATE_MEMORY) */
-    uint64_t steps;      /* statements and loop iterations run (CELER_MAX_TEMPLATE_STEPS) */
+    size_t mem;          /* arena blocks, buffers and adopted strings (CELER_MAX_TEMPLATE_MEMORY) */
+    uint64_t steps;      /* statements, loop iterations, elements visited (CELER_MAX_TEMPLATE_STEPS) */
+    uint64_t bytes;      /* bytes read or written by filters, tests, operators and output */
 };
+
+/* Unwinds a failed render to its entry point. The buffers are freed first, while
+ * the frames that hold some of them (locals of the functions being unwound) exist. */
+static _Noreturn void jbail(jctx *c) {
+    while (c->bufs) {
+        jbuf *b = c->bufs;
+        c->bufs = b->next;
+        free(b->p);
+    }
+    longjmp(c->jb, 1);
+}
 
 static _Noreturn void jfail(jctx *c, int line, int col, const char *fmt, ...) {
     char msg[1024];
@@ -144,37 +186,113 @@ static _Noreturn void jfail(jctx *c, int line, int col, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (line <= 0 && c->stmt) { /* a failure deep in a value: the statement running */
+        line = c->stmt->line;
+        col = c->stmt->col;
+    }
     if (line > 0) err_set("%s:%d:%d: %s", c->where, line, col, msg);
     else err_set("%s: %s", c->where, msg);
-    for (int i = 0; i < c->nheld; i++) tkb_free(c->held[i]);
-    c->nheld = 0;
-    longjmp(c->jb, 1);
+    jbail(c);
 }
 
-/* A local buffer that must be freed if rendering fails before it is turned into a
- * string (str_from_buf unholds it). Holding one twice is harmless. */
-static void hold(jctx *c, tk_buf *b) {
-    for (int i = 0; i < c->nheld; i++)
-        if (c->held[i] == b) return;
-    if (c->nheld < (int)(sizeof c->held / sizeof c->held[0])) c->held[c->nheld++] = b;
+static _Noreturn void mem_fail(jctx *c) {
+    jfail(c, 0, 0, "rendering needs more than %u bytes of memory (the limit)", CELER_MAX_TEMPLATE_MEMORY);
 }
 
-static void unhold(jctx *c, tk_buf *b) {
-    for (int i = c->nheld; i-- > 0;)
-        if (c->held[i] == b) {
-            c->held[i] = c->held[--c->nheld];
-            return;
-        }
+/* Counts n more bytes of working memory against CELER_MAX_TEMPLATE_MEMORY. */
+static void charge(jctx *c, size_t n) {
+    if (n > CELER_MAX_TEMPLATE_MEMORY || c->mem > CELER_MAX_TEMPLATE_MEMORY - n) mem_fail(c);
+    c->mem += n;
+}
+
+static _Noreturn void steps_fail(jctx *c, const jnode *at);
+
+/* Counts work: `steps` statements, loop iterations or elements visited, `bytes`
+ * bytes read or written (CELER_TEMPLATE_STEP_BYTES of them make a step). at names
+ * the place in the message (NULL: none). */
+static inline void work(jctx *c, const jnode *at, uint64_t steps, uint64_t bytes) {
+    c->steps += steps;
+    c->bytes += bytes;
+    if (c->steps + c->bytes / CELER_TEMPLATE_STEP_BYTES > CELER_MAX_TEMPLATE_STEPS) steps_fail(c, at);
+}
+
+/* Enters one more evaluation frame (an expression, a statement, a level of a value
+ * printed or compared): the C stack the renderer uses is bounded by
+ * CELER_MAX_TEMPLATE_NESTING of them. The caller decrements c->nest on the way out
+ * (a failure unwinds past it, which ends the render anyway). */
+static void nest_in(jctx *c, const jnode *at, const char *what) {
+    if (++c->nest > CELER_MAX_TEMPLATE_NESTING)
+        jfail(c, at ? at->line : 0, at ? at->col : 0, "%s nested too deeply (over %d levels of expressions, blocks, "
+              "macro calls and values)", what, CELER_MAX_TEMPLATE_NESTING);
+}
+
+/* Makes room for extra more bytes (and a NUL) in b, charging the growth. A buffer
+ * joins the context's list when it first allocates, so that a failure frees it. */
+static void jb_grow(jctx *c, jbuf *b, size_t extra) {
+    if (extra > SIZE_MAX / 2 - b->n) mem_fail(c);
+    size_t need = b->n + extra + 1;
+    if (need <= b->cap) return;
+    size_t nc = b->cap ? b->cap : 64;
+    while (nc < need) nc *= 2;
+    charge(c, nc - b->cap);
+    char *np = realloc(b->p, nc);
+    if (!np) jfail(c, 0, 0, "out of memory");
+    if (!b->p) {
+        b->prev = NULL;
+        b->next = c->bufs;
+        if (c->bufs) c->bufs->prev = b;
+        c->bufs = b;
+    }
+    b->p = np;
+    b->cap = nc;
+}
+
+static void jb_unlink(jctx *c, jbuf *b) {
+    if (b->prev) b->prev->next = b->next;
+    else c->bufs = b->next;
+    if (b->next) b->next->prev = b->prev;
+}
+
+/* Frees b's bytes (the jbuf itself stays usable, empty). */
+static void jb_free(jctx *c, jbuf *b) {
+    if (b->p) {
+        jb_unlink(c, b);
+        c->mem -= b->cap;
+        free(b->p);
+    }
+    memset(b, 0, sizeof *b);
+}
+
+static void jput(jctx *c, jbuf *b, const void *s, size_t n) {
+    if (!n) return;
+    work(c, NULL, 0, n);
+    if (b->n + n + 1 > b->cap) jb_grow(c, b, n);
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+
+static inline void jputc(jctx *c, jbuf *b, char ch) {
+    if (b->n + 2 > b->cap) jb_grow(c, b, 1);
+    b->p[b->n++] = ch;
+    if (!(b->n & 63)) work(c, NULL, 0, 64);
+}
+
+/* n copies of ch */
+static void jfill(jctx *c, jbuf *b, char ch, size_t n) {
+    if (!n) return;
+    work(c, NULL, 0, n);
+    jb_grow(c, b, n);
+    memset(b->p + b->n, ch, n);
+    b->n += n;
 }
 
 static void *jalloc(jctx *c, size_t n) {
+    if (n > CELER_MAX_TEMPLATE_MEMORY) mem_fail(c);
     n = (n + 15) & ~(size_t)15;
     jarena_blk *b = c->arena;
     if (!b || b->cap - b->used < n) {
         size_t cap = n > 65536 ? n : 65536;
-        if (c->arena_bytes + cap > CELER_MAX_TEMPLATE_MEMORY)
-            jfail(c, 0, 0, "rendering needs more than %u bytes of memory (the limit)", CELER_MAX_TEMPLATE_MEMORY);
-        c->arena_bytes += cap;
+        charge(c, cap);
         b = malloc(sizeof *b + cap);
         if (!b) jfail(c, 0, 0, "out of memory");
         b->used = 0;
@@ -185,6 +303,21 @@ static void *jalloc(jctx *c, size_t n) {
     void *p = b->mem + b->used;
     b->used += n;
     return p;
+}
+
+/* The bytes of b become a string owned by the render (freed when it ends), without
+ * a copy; b is left empty. */
+static const char *jb_adopt(jctx *c, jbuf *b, size_t *n) {
+    *n = b->n;
+    if (!b->p) return "";
+    jown *o = jalloc(c, sizeof *o);
+    b->p[b->n] = 0;
+    jb_unlink(c, b);
+    o->p = b->p;
+    o->next = c->owned;
+    c->owned = o;
+    memset(b, 0, sizeof *b);
+    return o->p;
 }
 
 static char *jstrdup(jctx *c, const char *s, size_t n) {
@@ -289,18 +422,18 @@ static const char *lex_tag(jctx *c, const char *p, const char *end, int is_var, 
             else t->i = strtoll(buf, NULL, 10);
         } else if (ch == '\'' || ch == '"') {
             const char *s = p++;
-            tk_buf b = {0};
+            jbuf b = {0};
             while (p < end && *p != ch) {
                 if (*p == '\\' && p + 1 < end) {
                     p++;
                     switch (*p) {
-                    case 'n': tkb_putc(&b, '\n'); break;
-                    case 't': tkb_putc(&b, '\t'); break;
-                    case 'r': tkb_putc(&b, '\r'); break;
-                    case '\\': tkb_putc(&b, '\\'); break;
-                    case '\'': tkb_putc(&b, '\''); break;
-                    case '"': tkb_putc(&b, '"'); break;
-                    case '0': tkb_putc(&b, '\0'); break;
+                    case 'n': jputc(c, &b, '\n'); break;
+                    case 't': jputc(c, &b, '\t'); break;
+                    case 'r': jputc(c, &b, '\r'); break;
+                    case '\\': jputc(c, &b, '\\'); break;
+                    case '\'': jputc(c, &b, '\''); break;
+                    case '"': jputc(c, &b, '"'); break;
+                    case '0': jputc(c, &b, '\0'); break;
                     case 'u':
                     case 'x': {
                         int nd = *p == 'u' ? 4 : 2;
@@ -316,31 +449,28 @@ static const char *lex_tag(jctx *c, const char *p, const char *end, int is_var, 
                         }
                         if (ok) {
                             char e[4];
-                            tkb_put(&b, e, (size_t)utf8_enc(v, e));
+                            jput(c, &b, e, (size_t)utf8_enc(v, e));
                             p += nd;
                         } else {
-                            tkb_putc(&b, '\\');
-                            tkb_putc(&b, *p);
+                            jputc(c, &b, '\\');
+                            jputc(c, &b, *p);
                         }
                         break;
                     }
-                    default: tkb_putc(&b, '\\'); tkb_putc(&b, *p); break;
+                    default: jputc(c, &b, '\\'); jputc(c, &b, *p); break;
                     }
                     p++;
-                } else tkb_putc(&b, *p++);
+                } else jputc(c, &b, *p++);
             }
             if (p >= end) {
-                tkb_free(&b);
+                jb_free(c, &b);
                 int l, k;
                 line_col(c, s, &l, &k);
                 jfail(c, l, k, "unterminated string literal");
             }
             p++;
-            if (b.oom) { tkb_free(&b); jfail(c, 0, 0, "out of memory"); }
             jtok *t = tok_push(c, T_STR, s);
-            t->p = jstrdup(c, b.p ? b.p : "", b.n);
-            t->n = b.n;
-            tkb_free(&b);
+            t->p = jb_adopt(c, &b, &t->n);
         } else {
             static const char *const ops3[] = {NULL};
             (void)ops3;
@@ -534,6 +664,25 @@ static jnode *node(jctx *c, jn_kind k, const jtok *at) {
     n->kind = k;
     n->line = at->line;
     n->col = at->col;
+    n->h = 1;
+    return n;
+}
+
+/* Marks an expression node complete: its height is one more than its tallest
+ * operand's. Evaluating recurses once per level, so the height is what the stack
+ * needs; a template whose expression is taller than CELER_MAX_TEMPLATE_EXPR_DEPTH
+ * (a chain of 10,000 filters, say) is refused when it is parsed. */
+static jnode *seal(jctx *c, jnode *n) {
+    int h = 0;
+    jnode *ops[4] = {n->a, n->b, n->c, n->d};
+    for (int i = 0; i < 4; i++)
+        if (ops[i] && ops[i]->h > h) h = ops[i]->h;
+    for (int i = 0; i < n->nk; i++)
+        if (n->kids[i] && n->kids[i]->h > h) h = n->kids[i]->h;
+    n->h = h + 1;
+    if (n->h > CELER_MAX_TEMPLATE_EXPR_DEPTH)
+        jfail(c, n->line, n->col, "expression nested too deeply (over %d levels of operators, filters, attributes "
+              "and calls)", CELER_MAX_TEMPLATE_EXPR_DEPTH);
     return n;
 }
 
@@ -597,17 +746,14 @@ static jnode *parse_primary(jctx *c) {
     case T_STR: {
         n = node(c, E_LIT, t);
         /* adjacent string literals concatenate */
-        tk_buf b = {0};
-        tkb_put(&b, t->p, t->n);
+        jbuf b = {0};
+        jput(c, &b, t->p, t->n);
         while (peek(c)->k == T_STR) {
             jtok *u = next_tok(c);
-            tkb_put(&b, u->p, u->n);
+            jput(c, &b, u->p, u->n);
         }
-        if (b.oom) { tkb_free(&b); jfail(c, 0, 0, "out of memory"); }
         n->lit.t = JV_STR;
-        n->lit.u.s.p = jstrdup(c, b.p ? b.p : "", b.n);
-        n->lit.u.s.n = b.n;
-        tkb_free(&b);
+        n->lit.u.s.p = jb_adopt(c, &b, &n->lit.u.s.n);
         return n;
     }
     case T_INT: n = node(c, E_LIT, t); n->lit.t = JV_INT; n->lit.u.i = t->i; return n;
@@ -628,7 +774,7 @@ static jnode *parse_primary(jctx *c) {
                 n->kids = v.v;
                 n->nk = v.n;
                 expect_op(c, ")");
-                return n;
+                return seal(c, n);
             }
             expect_op(c, ")");
             return e;
@@ -644,7 +790,7 @@ static jnode *parse_primary(jctx *c) {
             n = node(c, E_LIST, t);
             n->kids = v.v;
             n->nk = v.n;
-            return n;
+            return seal(c, n);
         }
         if (is_op(t, "{")) {
             nvec v = {0};
@@ -659,7 +805,7 @@ static jnode *parse_primary(jctx *c) {
             n = node(c, E_DICT, t);
             n->kids = v.v;
             n->nk = v.n;
-            return n;
+            return seal(c, n);
         }
         break;
     default: break;
@@ -682,7 +828,7 @@ static jnode *parse_postfix(jctx *c, jnode *n) {
                 a->b->lit.t = JV_INT;
                 a->b->lit.u.i = nm->i;
             } else unexpected(c, nm, "an attribute name");
-            n = a;
+            n = seal(c, a);
         } else if (is_op(t, "[")) {
             next_tok(c);
             jnode *lo = NULL, *hi = NULL, *st = NULL;
@@ -703,12 +849,12 @@ static jnode *parse_postfix(jctx *c, jnode *n) {
             s->b = lo;
             s->c = hi;
             s->d = st;
-            n = s;
+            n = seal(c, s);
         } else if (is_op(t, "(")) {
             jnode *call = node(c, E_CALL, t);
             call->a = n;
             parse_args(c, call);
-            n = call;
+            n = seal(c, call);
         } else return n;
     }
 }
@@ -722,7 +868,7 @@ static jnode *parse_filters(jctx *c, jnode *n) {
             f->name = expect_name(c);
             f->a = n;
             if (is_op(peek(c), "(")) parse_args(c, f);
-            n = f;
+            n = seal(c, f);
         } else if (is_name(t, "is")) {
             next_tok(c);
             jnode *f = node(c, E_TEST, t);
@@ -746,24 +892,25 @@ static jnode *parse_filters(jctx *c, jnode *n) {
                     f->nk = v.n;
                 }
             }
-            n = f;
+            n = seal(c, f);
         } else return n;
     }
 }
 
 static jnode *parse_unary(jctx *c, int with_filter) {
     jtok *t = peek(c);
-    if (++c->depth > CELER_MAX_TEMPLATE_EXPR_DEPTH) jfail(c, t->line, t->col, "expression nested too deeply");
+    if (++c->pdepth > CELER_MAX_TEMPLATE_EXPR_DEPTH) jfail(c, t->line, t->col, "expression nested too deeply");
     jnode *n;
     if (is_op(t, "-") || is_op(t, "+")) {
         next_tok(c);
         n = node(c, is_op(t, "-") ? E_NEG : E_POS, t);
         n->a = parse_unary(c, 0);
+        seal(c, n);
     } else {
         n = parse_postfix(c, parse_primary(c));
     }
     if (with_filter) n = parse_filters(c, n);
-    c->depth--;
+    c->pdepth--;
     return n;
 }
 
@@ -772,7 +919,7 @@ static jnode *bin(jctx *c, const jtok *t, int op, jnode *a, jnode *b) {
     n->op = op;
     n->a = a;
     n->b = b;
-    return n;
+    return seal(c, n);
 }
 
 static jnode *parse_pow(jctx *c) {
@@ -802,7 +949,7 @@ static jnode *parse_concat(jctx *c) {
         jnode *x = node(c, E_CONCAT, t);
         x->a = n;
         x->b = parse_math2(c);
-        n = x;
+        n = seal(c, x);
     }
     return n;
 }
@@ -838,10 +985,11 @@ static jnode *parse_not(jctx *c) {
     jtok *t = peek(c);
     if (is_name(t, "not")) {
         next_tok(c);
-        if (++c->depth > CELER_MAX_TEMPLATE_EXPR_DEPTH) jfail(c, t->line, t->col, "expression nested too deeply");
+        if (++c->pdepth > CELER_MAX_TEMPLATE_EXPR_DEPTH) jfail(c, t->line, t->col, "expression nested too deeply");
         jnode *n = node(c, E_NOT, t);
         n->a = parse_not(c);
-        c->depth--;
+        seal(c, n);
+        c->pdepth--;
         return n;
     }
     return parse_compare(c);
@@ -854,7 +1002,7 @@ static jnode *parse_and(jctx *c) {
         jnode *x = node(c, E_AND, t);
         x->a = n;
         x->b = parse_not(c);
-        n = x;
+        n = seal(c, x);
     }
     return n;
 }
@@ -866,13 +1014,14 @@ static jnode *parse_or(jctx *c) {
         jnode *x = node(c, E_OR, t);
         x->a = n;
         x->b = parse_and(c);
-        n = x;
+        n = seal(c, x);
     }
     return n;
 }
 
 static jnode *parse_expr(jctx *c) {
-    if (++c->depth > CELER_MAX_TEMPLATE_DEPTH) jfail(c, peek(c)->line, peek(c)->col, "expression nested too deeply");
+    /* brackets, arguments, conditionals: each level is about a dozen C frames */
+    if (++c->pdepth > CELER_MAX_TEMPLATE_EXPR_DEPTH) jfail(c, peek(c)->line, peek(c)->col, "expression nested too deeply");
     jnode *n = parse_or(c);
     while (is_name(peek(c), "if")) {
         jtok *t = next_tok(c);
@@ -883,9 +1032,9 @@ static jnode *parse_expr(jctx *c) {
             next_tok(c);
             x->c = parse_expr(c);
         }
-        n = x;
+        n = seal(c, x);
     }
-    c->depth--;
+    c->pdepth--;
     return n;
 }
 
@@ -1141,13 +1290,10 @@ static jv mk_int(int64_t i) { jv v = {JV_INT, 0, {0}}; v.u.i = i; return v; }
 static jv mk_float(double f) { jv v = {JV_FLOAT, 0, {0}}; v.u.f = f; return v; }
 static jv mk_str(const char *p, size_t n) { jv v = {JV_STR, 0, {0}}; v.u.s.p = p; v.u.s.n = n; return v; }
 static jv mk_cstr(const char *p) { return mk_str(p, strlen(p)); }
-static jv str_from_buf(jctx *c, tk_buf *b) {
-    hold(c, b); /* jstrdup can hit the memory limit */
-    if (b->oom) jfail(c, 0, 0, "out of memory");
-    jv v = mk_str(jstrdup(c, b->p ? b->p : "", b->n), b->n);
-    unhold(c, b);
-    tkb_free(b);
-    return v;
+static jv str_from_buf(jctx *c, jbuf *b) {
+    size_t n;
+    const char *p = jb_adopt(c, b, &n);
+    return mk_str(p, n);
 }
 
 static jlist *list_new(jctx *c, size_t cap) {
@@ -1159,6 +1305,7 @@ static jlist *list_new(jctx *c, size_t cap) {
     return l;
 }
 static void list_push(jctx *c, jlist *l, jv x) {
+    work(c, NULL, 1, 0);
     if (l->n == l->cap) {
         size_t nc = l->cap * 2;
         jv *nv = jalloc(c, nc * sizeof *nv);
@@ -1176,19 +1323,23 @@ static jdict *dict_new(jctx *c) {
     return d;
 }
 static int str_eq(jv a, const char *s, size_t n) { return a.t == JV_STR && a.u.s.n == n && !memcmp(a.u.s.p, s, n); }
-static int jv_equal(jv a, jv b);
-static jv *dict_find(jdict *d, jv key) {
+static int jv_equal(jctx *c, jv a, jv b);
+/* Dictionaries are small arrays searched in order (templates' dicts hold a few keys);
+ * every key looked at is a step, so a big one costs its size in steps. */
+static jv *dict_find(jctx *c, jdict *d, jv key) {
+    work(c, NULL, d->n, 0);
     for (size_t i = 0; i < d->n; i++)
-        if (jv_equal(d->k[i], key)) return &d->v[i];
+        if (jv_equal(c, d->k[i], key)) return &d->v[i];
     return NULL;
 }
-static jv *dict_find_s(jdict *d, const char *s, size_t n) {
+static jv *dict_find_s(jctx *c, jdict *d, const char *s, size_t n) {
+    work(c, NULL, d->n, 0);
     for (size_t i = 0; i < d->n; i++)
         if (str_eq(d->k[i], s, n)) return &d->v[i];
     return NULL;
 }
 static void dict_set(jctx *c, jdict *d, jv key, jv val) {
-    jv *e = dict_find(d, key);
+    jv *e = dict_find(c, d, key);
     if (e) { *e = val; return; }
     if (d->n == d->cap) {
         size_t nc = d->cap ? d->cap * 2 : 8;
@@ -1224,27 +1375,39 @@ static int truthy(jv v) {
 static int is_num(jv v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
 static double num_f(jv v) { return v.t == JV_FLOAT ? v.u.f : (double)v.u.i; }
 
-static int jv_equal(jv a, jv b) {
+static int jv_equal(jctx *c, jv a, jv b) {
     if (is_num(a) && is_num(b)) return num_f(a) == num_f(b);
     if (a.t != b.t) {
         return 0;
     }
+    int r = 1;
     switch (a.t) {
     case JV_UNDEF:
     case JV_NONE: return 1;
-    case JV_STR: return a.u.s.n == b.u.s.n && !memcmp(a.u.s.p, b.u.s.p, a.u.s.n);
+    case JV_STR:
+        if (a.u.s.n != b.u.s.n) return 0;
+        work(c, NULL, 1, a.u.s.n);
+        return !memcmp(a.u.s.p, b.u.s.p, a.u.s.n);
     case JV_LIST:
         if (a.u.l->n != b.u.l->n) return 0;
-        for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return 0;
-        return 1;
+        if (a.u.l == b.u.l) return 1;
+        nest_in(c, NULL, "value");
+        for (size_t i = 0; r && i < a.u.l->n; i++) {
+            work(c, NULL, 1, 0);
+            r = jv_equal(c, a.u.l->v[i], b.u.l->v[i]);
+        }
+        c->nest--;
+        return r;
     case JV_DICT:
         if (a.u.d->n != b.u.d->n) return 0;
-        for (size_t i = 0; i < a.u.d->n; i++) {
-            jv *o = dict_find(b.u.d, a.u.d->k[i]);
-            if (!o || !jv_equal(a.u.d->v[i], *o)) return 0;
+        if (a.u.d == b.u.d) return 1;
+        nest_in(c, NULL, "value");
+        for (size_t i = 0; r && i < a.u.d->n; i++) {
+            jv *o = dict_find(c, b.u.d, a.u.d->k[i]);
+            r = o && jv_equal(c, a.u.d->v[i], *o);
         }
-        return 1;
+        c->nest--;
+        return r;
     default: return a.u.d == b.u.d;
     }
 }
@@ -1256,10 +1419,10 @@ static const char *type_name(jv v) {
 }
 
 /* Python's repr of a float: the shortest string that reads back the same. */
-static void put_float(tk_buf *b, double f) {
+static void put_float(jctx *c, jbuf *b, double f) {
     char buf[64];
-    if (isnan(f)) { tkb_put(b, "nan", 3); return; }
-    if (isinf(f)) { tkb_put(b, f < 0 ? "-inf" : "inf", f < 0 ? 4 : 3); return; }
+    if (isnan(f)) { jput(c, b, "nan", 3); return; }
+    if (isinf(f)) { jput(c, b, f < 0 ? "-inf" : "inf", f < 0 ? 4 : 3); return; }
     int prec;
     for (prec = 1; prec <= 17; prec++) {
         snprintf(buf, sizeof buf, "%.*g", prec, f);
@@ -1289,113 +1452,123 @@ static void put_float(tk_buf *b, double f) {
             snprintf(buf, sizeof buf, "%s%s", mant, ex);
         }
     }
-    tkb_put(b, buf, strlen(buf));
+    jput(c, b, buf, strlen(buf));
 }
 
-static void put_repr(tk_buf *b, jv v);
+static void put_repr(jctx *c, jbuf *b, jv v);
 
 /* Python's str() of a value, as {{ }} prints it */
-static void put_str(tk_buf *b, jv v) {
+static void put_str(jctx *c, jbuf *b, jv v) {
     char buf[32];
     switch (v.t) {
     case JV_UNDEF: break;
-    case JV_NONE: tkb_put(b, "None", 4); break;
-    case JV_BOOL: if (v.u.i) tkb_put(b, "True", 4); else tkb_put(b, "False", 5); break;
-    case JV_INT: snprintf(buf, sizeof buf, "%lld", (long long)v.u.i); tkb_put(b, buf, strlen(buf)); break;
-    case JV_FLOAT: put_float(b, v.u.f); break;
-    case JV_STR: tkb_put(b, v.u.s.p, v.u.s.n); break;
-    case JV_NS: tkb_put(b, "<Namespace>", 11); break;
-    case JV_LOOP: tkb_put(b, "<LoopContext>", 13); break;
-    case JV_MACRO: tkb_put(b, "<Macro>", 7); break;
+    case JV_NONE: jput(c, b, "None", 4); break;
+    case JV_BOOL: if (v.u.i) jput(c, b, "True", 4); else jput(c, b, "False", 5); break;
+    case JV_INT: snprintf(buf, sizeof buf, "%lld", (long long)v.u.i); jput(c, b, buf, strlen(buf)); break;
+    case JV_FLOAT: put_float(c, b, v.u.f); break;
+    case JV_STR: jput(c, b, v.u.s.p, v.u.s.n); break;
+    case JV_NS: jput(c, b, "<Namespace>", 11); break;
+    case JV_LOOP: jput(c, b, "<LoopContext>", 13); break;
+    case JV_MACRO: jput(c, b, "<Macro>", 7); break;
     case JV_FUNC:
-    case JV_METHOD: tkb_put(b, "<function>", 10); break;
-    default: put_repr(b, v); break;
+    case JV_METHOD: jput(c, b, "<function>", 10); break;
+    default: put_repr(c, b, v); break;
     }
 }
 
-static void put_repr(tk_buf *b, jv v) {
+static void put_repr_inner(jctx *c, jbuf *b, jv v);
+static void put_repr(jctx *c, jbuf *b, jv v) {
+    nest_in(c, NULL, "value");
+    work(c, NULL, 1, 0);
+    put_repr_inner(c, b, v);
+    c->nest--;
+}
+
+static void put_repr_inner(jctx *c, jbuf *b, jv v) {
     switch (v.t) {
     case JV_STR: {
         int has_sq = memchr(v.u.s.p, '\'', v.u.s.n) != NULL, has_dq = memchr(v.u.s.p, '"', v.u.s.n) != NULL;
         char q = has_sq && !has_dq ? '"' : '\'';
-        tkb_putc(b, q);
+        jputc(c, b, q);
         for (size_t i = 0; i < v.u.s.n; i++) {
             unsigned char ch = (unsigned char)v.u.s.p[i];
-            if (ch == '\\') tkb_put(b, "\\\\", 2);
-            else if (ch == (unsigned char)q) { tkb_putc(b, '\\'); tkb_putc(b, q); }
-            else if (ch == '\n') tkb_put(b, "\\n", 2);
-            else if (ch == '\r') tkb_put(b, "\\r", 2);
-            else if (ch == '\t') tkb_put(b, "\\t", 2);
+            if (ch == '\\') jput(c, b, "\\\\", 2);
+            else if (ch == (unsigned char)q) { jputc(c, b, '\\'); jputc(c, b, q); }
+            else if (ch == '\n') jput(c, b, "\\n", 2);
+            else if (ch == '\r') jput(c, b, "\\r", 2);
+            else if (ch == '\t') jput(c, b, "\\t", 2);
             else if (ch < 0x20 || ch == 0x7f) {
                 char e[8];
                 snprintf(e, sizeof e, "\\x%02x", ch);
-                tkb_put(b, e, 4);
-            } else tkb_putc(b, (char)ch);
+                jput(c, b, e, 4);
+            } else jputc(c, b, (char)ch);
         }
-        tkb_putc(b, q);
+        jputc(c, b, q);
         break;
     }
     case JV_LIST:
-        tkb_putc(b, v.u.l->tuple ? '(' : '[');
+        jputc(c, b, v.u.l->tuple ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
-            if (i) tkb_put(b, ", ", 2);
-            put_repr(b, v.u.l->v[i]);
+            if (i) jput(c, b, ", ", 2);
+            put_repr(c, b, v.u.l->v[i]);
         }
-        if (v.u.l->tuple && v.u.l->n == 1) tkb_putc(b, ',');
-        tkb_putc(b, v.u.l->tuple ? ')' : ']');
+        if (v.u.l->tuple && v.u.l->n == 1) jputc(c, b, ',');
+        jputc(c, b, v.u.l->tuple ? ')' : ']');
         break;
     case JV_DICT:
-        tkb_putc(b, '{');
+        jputc(c, b, '{');
         for (size_t i = 0; i < v.u.d->n; i++) {
-            if (i) tkb_put(b, ", ", 2);
-            put_repr(b, v.u.d->k[i]);
-            tkb_put(b, ": ", 2);
-            put_repr(b, v.u.d->v[i]);
+            if (i) jput(c, b, ", ", 2);
+            put_repr(c, b, v.u.d->k[i]);
+            jput(c, b, ": ", 2);
+            put_repr(c, b, v.u.d->v[i]);
         }
-        tkb_putc(b, '}');
+        jputc(c, b, '}');
         break;
-    case JV_UNDEF: tkb_put(b, "Undefined", 9); break;
-    default: put_str(b, v); break;
+    case JV_UNDEF: jput(c, b, "Undefined", 9); break;
+    default: put_str(c, b, v); break;
     }
 }
 
 static jv to_str(jctx *c, jv v) {
     if (v.t == JV_STR) return v;
-    tk_buf b = {0};
-    put_str(&b, v);
+    jbuf b = {0};
+    put_str(c, &b, v);
     return str_from_buf(c, &b);
 }
 
 /* json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=sort) with Python's
  * default separators (", " and ": ", or "," and ": " when indenting). */
-static void put_json(jctx *c, tk_buf *b, jv v, int indent, int level, int sort, int line, int col);
+static void put_json(jctx *c, jbuf *b, jv v, int64_t indent, int level, int sort, const jnode *at);
 
-static void json_str(tk_buf *b, const char *s, size_t n) {
-    tkb_putc(b, '"');
+static void json_str(jctx *c, jbuf *b, const char *s, size_t n) {
+    jputc(c, b, '"');
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         switch (ch) {
-        case '"': tkb_put(b, "\\\"", 2); break;
-        case '\\': tkb_put(b, "\\\\", 2); break;
-        case '\n': tkb_put(b, "\\n", 2); break;
-        case '\r': tkb_put(b, "\\r", 2); break;
-        case '\t': tkb_put(b, "\\t", 2); break;
-        case '\b': tkb_put(b, "\\b", 2); break;
-        case '\f': tkb_put(b, "\\f", 2); break;
+        case '"': jput(c, b, "\\\"", 2); break;
+        case '\\': jput(c, b, "\\\\", 2); break;
+        case '\n': jput(c, b, "\\n", 2); break;
+        case '\r': jput(c, b, "\\r", 2); break;
+        case '\t': jput(c, b, "\\t", 2); break;
+        case '\b': jput(c, b, "\\b", 2); break;
+        case '\f': jput(c, b, "\\f", 2); break;
         default:
             if (ch < 0x20) {
                 char e[8];
                 snprintf(e, sizeof e, "\\u%04x", ch);
-                tkb_put(b, e, 6);
-            } else tkb_putc(b, (char)ch);
+                jput(c, b, e, 6);
+            } else jputc(c, b, (char)ch);
         }
     }
-    tkb_putc(b, '"');
+    jputc(c, b, '"');
 }
 
-static void json_nl(tk_buf *b, int indent, int level) {
-    tkb_putc(b, '\n');
-    for (int i = 0; i < indent * level; i++) tkb_putc(b, ' ');
+static void json_nl(jctx *c, jbuf *b, int64_t indent, int level) {
+    jputc(c, b, '\n');
+    if (!level || indent <= 0) return;
+    if ((uint64_t)indent > (uint64_t)CELER_MAX_TEMPLATE_MEMORY / (uint64_t)level) mem_fail(c);
+    jfill(c, b, ' ', (size_t)(indent * level));
 }
 
 static int key_cmp(const void *a, const void *b) {
@@ -1405,60 +1578,68 @@ static int key_cmp(const void *a, const void *b) {
     return r ? r : (x->u.s.n > y->u.s.n) - (x->u.s.n < y->u.s.n);
 }
 
-static void put_json(jctx *c, tk_buf *b, jv v, int indent, int level, int sort, int line, int col) {
+static void put_json_inner(jctx *c, jbuf *b, jv v, int64_t indent, int level, int sort, const jnode *at);
+static void put_json(jctx *c, jbuf *b, jv v, int64_t indent, int level, int sort, const jnode *at) {
+    nest_in(c, at, "value");
+    work(c, at, 1, 0);
+    put_json_inner(c, b, v, indent, level, sort, at);
+    c->nest--;
+}
+
+static void put_json_inner(jctx *c, jbuf *b, jv v, int64_t indent, int level, int sort, const jnode *at) {
     char buf[32];
     switch (v.t) {
     case JV_NONE:
-    case JV_UNDEF: tkb_put(b, "null", 4); break;
-    case JV_BOOL: if (v.u.i) tkb_put(b, "true", 4); else tkb_put(b, "false", 5); break;
-    case JV_INT: snprintf(buf, sizeof buf, "%lld", (long long)v.u.i); tkb_put(b, buf, strlen(buf)); break;
+    case JV_UNDEF: jput(c, b, "null", 4); break;
+    case JV_BOOL: if (v.u.i) jput(c, b, "true", 4); else jput(c, b, "false", 5); break;
+    case JV_INT: snprintf(buf, sizeof buf, "%lld", (long long)v.u.i); jput(c, b, buf, strlen(buf)); break;
     case JV_FLOAT:
-        if (isnan(v.u.f)) tkb_put(b, "NaN", 3);
-        else if (isinf(v.u.f)) tkb_put(b, v.u.f < 0 ? "-Infinity" : "Infinity", v.u.f < 0 ? 9 : 8);
-        else put_float(b, v.u.f);
+        if (isnan(v.u.f)) jput(c, b, "NaN", 3);
+        else if (isinf(v.u.f)) jput(c, b, v.u.f < 0 ? "-Infinity" : "Infinity", v.u.f < 0 ? 9 : 8);
+        else put_float(c, b, v.u.f);
         break;
-    case JV_STR: json_str(b, v.u.s.p, v.u.s.n); break;
+    case JV_STR: json_str(c, b, v.u.s.p, v.u.s.n); break;
     case JV_LIST:
-        if (!v.u.l->n) { tkb_put(b, "[]", 2); break; }
-        tkb_putc(b, '[');
+        if (!v.u.l->n) { jput(c, b, "[]", 2); break; }
+        jputc(c, b, '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
-            if (i) tkb_put(b, indent >= 0 ? "," : ", ", indent >= 0 ? 1 : 2);
-            if (indent >= 0) json_nl(b, indent, level + 1);
-            put_json(c, b, v.u.l->v[i], indent, level + 1, sort, line, col);
+            if (i) jput(c, b, indent >= 0 ? "," : ", ", indent >= 0 ? 1 : 2);
+            if (indent >= 0) json_nl(c, b, indent, level + 1);
+            put_json(c, b, v.u.l->v[i], indent, level + 1, sort, at);
         }
-        if (indent >= 0) json_nl(b, indent, level);
-        tkb_putc(b, ']');
+        if (indent >= 0) json_nl(c, b, indent, level);
+        jputc(c, b, ']');
         break;
     case JV_DICT:
     case JV_NS: {
         jdict *d = v.u.d;
-        if (!d->n) { tkb_put(b, "{}", 2); break; }
+        if (!d->n) { jput(c, b, "{}", 2); break; }
         const jv **order = jalloc(c, d->n * sizeof *order);
         for (size_t i = 0; i < d->n; i++) order[i] = &d->k[i];
         int all_str = 1;
         for (size_t i = 0; i < d->n; i++) all_str &= d->k[i].t == JV_STR;
         if (sort && all_str) qsort(order, d->n, sizeof *order, key_cmp);
-        tkb_putc(b, '{');
+        jputc(c, b, '{');
         for (size_t i = 0; i < d->n; i++) {
             size_t k = (size_t)(order[i] - d->k);
-            if (i) tkb_put(b, indent >= 0 ? "," : ", ", indent >= 0 ? 1 : 2);
-            if (indent >= 0) json_nl(b, indent, level + 1);
+            if (i) jput(c, b, indent >= 0 ? "," : ", ", indent >= 0 ? 1 : 2);
+            if (indent >= 0) json_nl(c, b, indent, level + 1);
             jv key = d->k[k];
-            if (key.t == JV_STR) json_str(b, key.u.s.p, key.u.s.n);
+            if (key.t == JV_STR) json_str(c, b, key.u.s.p, key.u.s.n);
             else {
-                tk_buf kb = {0};
-                put_str(&kb, key);
-                json_str(b, kb.p ? kb.p : "", kb.n);
-                tkb_free(&kb);
+                jbuf kb = {0};
+                put_str(c, &kb, key);
+                json_str(c, b, kb.p ? kb.p : "", kb.n);
+                jb_free(c, &kb);
             }
-            tkb_put(b, ": ", 2);
-            put_json(c, b, d->v[k], indent, level + 1, sort, line, col);
+            jput(c, b, ": ", 2);
+            put_json(c, b, d->v[k], indent, level + 1, sort, at);
         }
-        if (indent >= 0) json_nl(b, indent, level);
-        tkb_putc(b, '}');
+        if (indent >= 0) json_nl(c, b, indent, level);
+        jputc(c, b, '}');
         break;
     }
-    default: tkb_free(b); jfail(c, line, col, "Object of type %s is not JSON serializable", type_name(v));
+    default: jfail(c, at->line, at->col, "Object of type %s is not JSON serializable", type_name(v));
     }
 }
 
@@ -1493,7 +1674,7 @@ static void exec_body(jctx *c, jnode **body, int n);
 
 static jv lookup(jctx *c, jframe *f, const char *name, size_t n) {
     for (; f; f = f->parent) {
-        jv *v = dict_find_s(&f->vars, name, n);
+        jv *v = dict_find_s(c, &f->vars, name, n);
         if (v) return *v;
     }
     (void)c;
@@ -1534,17 +1715,17 @@ static jv bound(jctx *c, jv self, const char *name) {
     return v;
 }
 
-static jv get_attr(jctx *c, jnode *at, jv obj, const char *name) {
+static JINJA_LEAF jv get_attr(jctx *c, jnode *at, jv obj, const char *name) {
     size_t n = strlen(name);
     switch (obj.t) {
     case JV_UNDEF: undefined_error(c, at, obj, NULL);
     case JV_DICT: {
         if (in_list(dict_methods, name)) return bound(c, obj, name);
-        jv *v = dict_find_s(obj.u.d, name, n);
+        jv *v = dict_find_s(c, obj.u.d, name, n);
         return v ? *v : mk_undef(name);
     }
     case JV_NS: {
-        jv *v = dict_find_s(obj.u.d, name, n);
+        jv *v = dict_find_s(c, obj.u.d, name, n);
         return v ? *v : mk_undef(name);
     }
     case JV_STR: return in_list(str_methods, name) ? bound(c, obj, name) : mk_undef(name);
@@ -1572,12 +1753,12 @@ static jv get_attr(jctx *c, jnode *at, jv obj, const char *name) {
 
 static int64_t norm_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
 
-static jv get_item(jctx *c, jnode *at, jv obj, jv key) {
+static JINJA_LEAF jv get_item(jctx *c, jnode *at, jv obj, jv key) {
     switch (obj.t) {
     case JV_UNDEF: undefined_error(c, at, obj, NULL);
     case JV_DICT:
     case JV_NS: {
-        jv *v = dict_find(obj.u.d, key);
+        jv *v = dict_find(c, obj.u.d, key);
         if (v) return *v;
         if (key.t == JV_STR && obj.t == JV_DICT) {
             char *k = jstrdup(c, key.u.s.p, key.u.s.n);
@@ -1597,6 +1778,7 @@ static jv get_item(jctx *c, jnode *at, jv obj, jv key) {
     case JV_STR:
         if (key.t == JV_INT) {
             /* index by code point */
+            work(c, at, 0, obj.u.s.n);
             int64_t cnt = 0;
             for (size_t i = 0; i < obj.u.s.n; i++) cnt += ((unsigned char)obj.u.s.p[i] & 0xC0) != 0x80;
             int64_t k = norm_index(key.u.i, cnt), seen = -1;
@@ -1633,7 +1815,7 @@ static void slice_bounds(jctx *c, jnode *at, jv lo, jv hi, jv st, int64_t n, int
     } else *stop = def_stop;
 }
 
-static jv do_slice(jctx *c, jnode *at, jv obj, jv lo, jv hi, jv st) {
+static JINJA_LEAF jv do_slice(jctx *c, jnode *at, jv obj, jv lo, jv hi, jv st) {
     int64_t start, stop, step;
     if (obj.t == JV_LIST) {
         slice_bounds(c, at, lo, hi, st, (int64_t)obj.u.l->n, &start, &stop, &step);
@@ -1643,6 +1825,7 @@ static jv do_slice(jctx *c, jnode *at, jv obj, jv lo, jv hi, jv st) {
     }
     if (obj.t == JV_STR) {
         /* code point offsets */
+        work(c, at, 0, obj.u.s.n);
         int64_t cnt = 0;
         for (size_t i = 0; i < obj.u.s.n; i++) cnt += ((unsigned char)obj.u.s.p[i] & 0xC0) != 0x80;
         size_t *offs = jalloc(c, (size_t)(cnt + 1) * sizeof *offs);
@@ -1652,9 +1835,9 @@ static jv do_slice(jctx *c, jnode *at, jv obj, jv lo, jv hi, jv st) {
         offs[cnt] = obj.u.s.n;
         slice_bounds(c, at, lo, hi, st, cnt, &start, &stop, &step);
         if (step == 1) return start < stop ? mk_str(obj.u.s.p + offs[start], offs[stop] - offs[start]) : mk_str("", 0);
-        tk_buf b = {0};
+        jbuf b = {0};
         for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-            tkb_put(&b, obj.u.s.p + offs[i], offs[i + 1] - offs[i]);
+            jput(c, &b, obj.u.s.p + offs[i], offs[i + 1] - offs[i]);
         return str_from_buf(c, &b);
     }
     if (obj.t == JV_UNDEF) undefined_error(c, at, obj, NULL);
@@ -1664,6 +1847,7 @@ static jv do_slice(jctx *c, jnode *at, jv obj, jv lo, jv hi, jv st) {
 static int64_t jv_len(jctx *c, jnode *at, jv v) {
     switch (v.t) {
     case JV_STR: {
+        work(c, at, 0, v.u.s.n);
         int64_t cnt = 0;
         for (size_t i = 0; i < v.u.s.n; i++) cnt += ((unsigned char)v.u.s.p[i] & 0xC0) != 0x80;
         return cnt;
@@ -1710,6 +1894,7 @@ static int jv_cmp(jctx *c, jnode *at, jv a, jv b) {
     }
     if (a.t == JV_STR && b.t == JV_STR) {
         size_t n = a.u.s.n < b.u.s.n ? a.u.s.n : b.u.s.n;
+        work(c, at, 1, n);
         int r = memcmp(a.u.s.p, b.u.s.p, n);
         return r ? (r > 0) - (r < 0) : (a.u.s.n > b.u.s.n) - (a.u.s.n < b.u.s.n);
     }
@@ -1721,13 +1906,16 @@ static int contains(jctx *c, jnode *at, jv hay, jv needle) {
     case JV_STR:
         if (needle.t != JV_STR) jfail(c, at->line, at->col, "'in <string>' requires a string on the left");
         if (!needle.u.s.n) return 1;
+        work(c, at, 0, hay.u.s.n);
         return memmem(hay.u.s.p, hay.u.s.n, needle.u.s.p, needle.u.s.n) != NULL;
     case JV_LIST:
-        for (size_t i = 0; i < hay.u.l->n; i++)
-            if (jv_equal(hay.u.l->v[i], needle)) return 1;
+        for (size_t i = 0; i < hay.u.l->n; i++) {
+            work(c, at, 1, 0);
+            if (jv_equal(c, hay.u.l->v[i], needle)) return 1;
+        }
         return 0;
     case JV_DICT:
-    case JV_NS: return dict_find(hay.u.d, needle) != NULL;
+    case JV_NS: return dict_find(c, hay.u.d, needle) != NULL;
     case JV_UNDEF: undefined_error(c, at, hay, NULL);
     default: jfail(c, at->line, at->col, "argument of type '%s' is not iterable", type_name(hay));
     }
@@ -1737,9 +1925,9 @@ static _Noreturn void int_overflow(jctx *c, const jnode *n) {
     jfail(c, n->line, n->col, "integer overflow (template integers are 64-bit)");
 }
 
-static jv binop(jctx *c, jnode *n, int op, jv a, jv b) {
-    if (op == OP_EQ) return mk_bool(jv_equal(a, b));
-    if (op == OP_NE) return mk_bool(!jv_equal(a, b));
+static JINJA_LEAF jv binop(jctx *c, jnode *n, int op, jv a, jv b) {
+    if (op == OP_EQ) return mk_bool(jv_equal(c, a, b));
+    if (op == OP_NE) return mk_bool(!jv_equal(c, a, b));
     if (op == OP_IN) return mk_bool(contains(c, n, b, a));
     if (op == OP_NOTIN) return mk_bool(!contains(c, n, b, a));
     if (op == OP_LT) return mk_bool(jv_cmp(c, n, a, b) < 0);
@@ -1766,8 +1954,12 @@ static jv binop(jctx *c, jnode *n, int op, jv a, jv b) {
     if (op == OP_MUL && ((a.t == JV_STR && b.t == JV_INT) || (a.t == JV_INT && b.t == JV_STR))) {
         jv s = a.t == JV_STR ? a : b;
         int64_t k = a.t == JV_INT ? a.u.i : b.u.i;
-        tk_buf buf = {0};
-        for (int64_t i = 0; i < k && i < 1000000; i++) tkb_put(&buf, s.u.s.p, s.u.s.n);
+        if (k <= 0 || !s.u.s.n) return mk_str("", 0);
+        /* the whole result, exactly, or the memory limit before any of it is built */
+        if ((uint64_t)k > (uint64_t)CELER_MAX_TEMPLATE_MEMORY / s.u.s.n) mem_fail(c);
+        jbuf buf = {0};
+        jb_grow(c, &buf, (size_t)k * s.u.s.n);
+        for (int64_t i = 0; i < k; i++) jput(c, &buf, s.u.s.p, s.u.s.n);
         return str_from_buf(c, &buf);
     }
     if (!is_num(a) || !is_num(b)) {
@@ -1853,9 +2045,9 @@ static jv arg(const jargs *a, int i, const char *kw, jv def) {
     return def;
 }
 
-static jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a);
-static jv apply_filter(jctx *c, jnode *at, const char *name, jv v, const jargs *a);
-static int apply_test(jctx *c, jnode *at, const char *name, jv v, const jargs *a);
+static JINJA_LEAF jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a);
+static JINJA_LEAF jv apply_filter(jctx *c, jnode *at, const char *name, jv v, const jargs *a);
+static JINJA_LEAF int apply_test(jctx *c, jnode *at, const char *name, jv v, const jargs *a);
 
 static int is_strip_char(uint32_t cp, jv chars) {
     if (chars.t != JV_STR) return tk_is_space(cp);
@@ -1867,16 +2059,19 @@ static int is_strip_char(uint32_t cp, jv chars) {
     return 0;
 }
 
-static jv str_strip(jv s, int left, int right, jv chars) {
+static jv str_strip(jctx *c, jv s, int left, int right, jv chars) {
     const char *p = s.u.s.p;
     size_t a = 0, b = s.u.s.n;
+    size_t per = chars.t == JV_STR ? chars.u.s.n + 1 : 1; /* bytes looked at per character */
     while (left && a < b) {
+        work(c, NULL, 0, per);
         uint32_t cp;
         int l = utf8_dec((const unsigned char *)p + a, b - a, &cp);
         if (!is_strip_char(cp, chars)) break;
         a += (size_t)l;
     }
     while (right && b > a) {
+        work(c, NULL, 0, per);
         size_t q = b - 1;
         while (q > a && ((unsigned char)p[q] & 0xC0) == 0x80) q--;
         uint32_t cp;
@@ -1889,16 +2084,17 @@ static jv str_strip(jv s, int left, int right, jv chars) {
 
 static jv str_replace(jctx *c, jv s, jv from, jv to, int64_t count) {
     if (from.t != JV_STR || to.t != JV_STR) return s;
-    tk_buf b = {0};
+    work(c, NULL, 0, s.u.s.n);
+    jbuf b = {0};
     size_t i = 0;
     int64_t done = 0;
     if (from.u.s.n == 0) {
         /* Python inserts `to` between characters */
         for (; i <= s.u.s.n; ) {
-            if (count < 0 || done < count) { tkb_put(&b, to.u.s.p, to.u.s.n); done++; }
+            if (count < 0 || done < count) { jput(c, &b, to.u.s.p, to.u.s.n); done++; }
             if (i == s.u.s.n) break;
             size_t k = (size_t)utf8_len((unsigned char)s.u.s.p[i]);
-            tkb_put(&b, s.u.s.p + i, k);
+            jput(c, &b, s.u.s.p + i, k);
             i += k;
         }
         return str_from_buf(c, &b);
@@ -1906,17 +2102,17 @@ static jv str_replace(jctx *c, jv s, jv from, jv to, int64_t count) {
     while (i < s.u.s.n) {
         const char *h = (count < 0 || done < count) ? memmem(s.u.s.p + i, s.u.s.n - i, from.u.s.p, from.u.s.n) : NULL;
         if (!h) break;
-        tkb_put(&b, s.u.s.p + i, (size_t)(h - s.u.s.p) - i);
-        tkb_put(&b, to.u.s.p, to.u.s.n);
+        jput(c, &b, s.u.s.p + i, (size_t)(h - s.u.s.p) - i);
+        jput(c, &b, to.u.s.p, to.u.s.n);
         i = (size_t)(h - s.u.s.p) + from.u.s.n;
         done++;
     }
-    tkb_put(&b, s.u.s.p + i, s.u.s.n - i);
+    jput(c, &b, s.u.s.p + i, s.u.s.n - i);
     return str_from_buf(c, &b);
 }
 
 static jv str_case(jctx *c, jv s, int mode) { /* 0 lower, 1 upper, 2 title, 3 capitalize */
-    tk_buf b = {0};
+    jbuf b = {0};
     int start = 1;
     for (size_t i = 0; i < s.u.s.n;) {
         uint32_t cp;
@@ -1930,12 +2126,13 @@ static jv str_case(jctx *c, jv s, int mode) { /* 0 lower, 1 upper, 2 title, 3 ca
                                                                                : utf8proc_tolower((utf8proc_int32_t)cp));
         if (mode == 2) start = !alpha;
         char e[4];
-        tkb_put(&b, e, (size_t)utf8_enc(o, e));
+        jput(c, &b, e, (size_t)utf8_enc(o, e));
     }
     return str_from_buf(c, &b);
 }
 
 static jv str_split(jctx *c, jv s, jv sep, int64_t maxsplit, int from_right) {
+    work(c, NULL, 0, s.u.s.n);
     jlist *l = list_new(c, 4);
     if (sep.t != JV_STR) {
         /* whitespace runs, no empty strings */
@@ -1948,7 +2145,7 @@ static jv str_split(jctx *c, jv s, jv sep, int64_t maxsplit, int from_right) {
             while (i < n && (k = utf8_dec((const unsigned char *)s.u.s.p + i, n - i, &cp)) && tk_is_space(cp)) i += (size_t)k;
             if (i >= n) break;
             if (maxsplit >= 0 && done >= maxsplit) {
-                jv rest = str_strip(mk_str(s.u.s.p + i, n - i), 0, 1, mk_none());
+                jv rest = str_strip(c, mk_str(s.u.s.p + i, n - i), 0, 1, mk_none());
                 list_push(c, l, rest);
                 break;
             }
@@ -1968,6 +2165,7 @@ static jv str_split(jctx *c, jv s, jv sep, int64_t maxsplit, int from_right) {
         while (done < maxsplit) {
             const char *h = NULL;
             for (size_t q = end; q >= sep.u.s.n; q--) {
+                work(c, NULL, 0, sep.u.s.n);
                 if (!memcmp(s.u.s.p + q - sep.u.s.n, sep.u.s.p, sep.u.s.n)) { h = s.u.s.p + q - sep.u.s.n; break; }
                 if (q == sep.u.s.n) break;
             }
@@ -1995,30 +2193,30 @@ static jv str_split(jctx *c, jv s, jv sep, int64_t maxsplit, int from_right) {
 
 static jv join_list(jctx *c, jnode *at, jv seq, jv sep, jv attr) {
     jlist *l = iter_list(c, at, seq);
-    tk_buf b = {0};
-    hold(c, &b); /* get_item can fail */
+    jbuf b = {0};
     for (size_t i = 0; i < l->n; i++) {
-        if (i && sep.t == JV_STR) tkb_put(&b, sep.u.s.p, sep.u.s.n);
+        if (i && sep.t == JV_STR) jput(c, &b, sep.u.s.p, sep.u.s.n);
         jv x = l->v[i];
         if (attr.t == JV_STR) x = get_item(c, at, x, attr);
-        put_str(&b, x);
+        put_str(c, &b, x);
     }
     return str_from_buf(c, &b);
 }
 
-static jv call_method(jctx *c, jnode *at, jmethod *m, const jargs *a) {
+static JINJA_LEAF jv call_method(jctx *c, jnode *at, jmethod *m, const jargs *a) {
     jv s = m->self;
     const char *nm = m->name;
     jv none = mk_none();
     if (s.t == JV_STR) {
-        if (!strcmp(nm, "strip")) return str_strip(s, 1, 1, arg(a, 0, "chars", none));
-        if (!strcmp(nm, "lstrip")) return str_strip(s, 1, 0, arg(a, 0, "chars", none));
-        if (!strcmp(nm, "rstrip")) return str_strip(s, 0, 1, arg(a, 0, "chars", none));
+        if (!strcmp(nm, "strip")) return str_strip(c, s, 1, 1, arg(a, 0, "chars", none));
+        if (!strcmp(nm, "lstrip")) return str_strip(c, s, 1, 0, arg(a, 0, "chars", none));
+        if (!strcmp(nm, "rstrip")) return str_strip(c, s, 0, 1, arg(a, 0, "chars", none));
         if (!strcmp(nm, "split") || !strcmp(nm, "rsplit")) {
             jv mx = arg(a, 1, "maxsplit", mk_int(-1));
             return str_split(c, s, arg(a, 0, "sep", none), mx.t == JV_INT ? mx.u.i : -1, nm[0] == 'r');
         }
         if (!strcmp(nm, "splitlines")) {
+            work(c, at, 0, s.u.s.n);
             jlist *l = list_new(c, 4);
             size_t i = 0, st = 0;
             while (i < s.u.s.n) {
@@ -2040,6 +2238,7 @@ static jv call_method(jctx *c, jnode *at, jmethod *m, const jargs *a) {
                 jv x = cands->v[i];
                 if (x.t != JV_STR) jfail(c, at->line, at->col, "%s: argument must be a string", nm);
                 if (x.u.s.n > s.u.s.n) continue;
+                work(c, at, 1, x.u.s.n);
                 const char *q = nm[0] == 's' ? s.u.s.p : s.u.s.p + s.u.s.n - x.u.s.n;
                 if (!memcmp(q, x.u.s.p, x.u.s.n)) return mk_bool(1);
             }
@@ -2056,6 +2255,7 @@ static jv call_method(jctx *c, jnode *at, jmethod *m, const jargs *a) {
         if (!strcmp(nm, "find") || !strcmp(nm, "count")) {
             jv x = arg(a, 0, NULL, none);
             if (x.t != JV_STR) jfail(c, at->line, at->col, "%s: argument must be a string", nm);
+            work(c, at, 0, s.u.s.n);
             if (nm[0] == 'f') {
                 const char *h = memmem(s.u.s.p, s.u.s.n, x.u.s.p, x.u.s.n);
                 if (!h) return mk_int(-1);
@@ -2076,6 +2276,7 @@ static jv call_method(jctx *c, jnode *at, jmethod *m, const jargs *a) {
         if (!strcmp(nm, "join")) return join_list(c, at, arg(a, 0, NULL, none), s, none);
         if (!strcmp(nm, "isdigit") || !strcmp(nm, "isalpha") || !strcmp(nm, "isspace")) {
             if (!s.u.s.n) return mk_bool(0);
+            work(c, at, 0, s.u.s.n);
             for (size_t i = 0; i < s.u.s.n;) {
                 uint32_t cp;
                 i += (size_t)utf8_dec((const unsigned char *)s.u.s.p + i, s.u.s.n - i, &cp);
@@ -2103,15 +2304,16 @@ static jv call_method(jctx *c, jnode *at, jmethod *m, const jargs *a) {
             return mk_list(l);
         }
         if (!strcmp(nm, "get")) {
-            jv *v = dict_find(d, arg(a, 0, NULL, none));
+            jv *v = dict_find(c, d, arg(a, 0, NULL, none));
             return v ? *v : arg(a, 1, "default", none);
         }
     } else if (s.t == JV_LIST) {
         if (!strcmp(nm, "index") || !strcmp(nm, "count")) {
             jv x = arg(a, 0, NULL, none);
             int64_t k = 0;
+            work(c, at, s.u.l->n, 0);
             for (size_t i = 0; i < s.u.l->n; i++)
-                if (jv_equal(s.u.l->v[i], x)) {
+                if (jv_equal(c, s.u.l->v[i], x)) {
                     if (nm[0] == 'i') return mk_int((int64_t)i);
                     k++;
                 }
@@ -2125,31 +2327,51 @@ static jv call_method(jctx *c, jnode *at, jmethod *m, const jargs *a) {
     jfail(c, at->line, at->col, "%s has no method '%s'", type_name(s), nm);
 }
 
-static jv call_value(jctx *c, jnode *at, jv f, const jargs *a) {
+static JINJA_LEAF jv strftime_now(jctx *c, jnode *at, const jargs *a) {
+        jv fmt = arg(a, 0, NULL, mk_cstr("%Y-%m-%d"));
+        if (fmt.t != JV_STR) jfail(c, at->line, at->col, "strftime_now: format must be a string");
+        if (memchr(fmt.u.s.p, 0, fmt.u.s.n)) jfail(c, at->line, at->col, "strftime_now: embedded null character");
+        /* strftime writes nothing when its buffer is too small, and nothing for an
+         * empty result: a trailing '.' on the format tells the two apart, and the
+         * buffer doubles until the whole result fits */
+        jbuf f = {0};
+        jput(c, &f, fmt.u.s.p, fmt.u.s.n);
+        jputc(c, &f, '.');
+        f.p[f.n] = 0;
+        time_t now = time(NULL);
+        struct tm tmv;
+        localtime_r(&now, &tmv);
+        jbuf o = {0};
+        size_t k = 0;
+        for (size_t cap = 2 * f.n + 64;; cap *= 2) {
+            jb_grow(c, &o, cap);
+            k = strftime(o.p, o.cap, f.p, &tmv);
+            if (k) break;
+            if (o.cap > CELER_MAX_TEMPLATE_OUTPUT)
+                jfail(c, at->line, at->col, "strftime_now: the result exceeds %u bytes (the output limit)",
+                      CELER_MAX_TEMPLATE_OUTPUT);
+        }
+        work(c, at, 0, k);
+        o.n = k - 1; /* without the '.' */
+        jb_free(c, &f);
+        return str_from_buf(c, &o);
+    }
+
+static JINJA_LEAF jv call_value(jctx *c, jnode *at, jv f, const jargs *a) {
     if (f.t == JV_MACRO) return call_macro(c, at, f.u.m, a);
     if (f.t == JV_METHOD) return call_method(c, at, f.u.me, a);
     if (f.t == JV_FUNC) {
         switch (f.u.fn) {
         case FN_RAISE: {
             jv m = arg(a, 0, NULL, mk_cstr(""));
-            tk_buf b = {0};
-            put_str(&b, m);
-            tkb_putc(&b, 0);
+            jbuf b = {0};
+            put_str(c, &b, m);
+            jputc(c, &b, 0);
             err_set("%s:%d:%d: raise_exception: %s", c->where, at->line, at->col, b.p ? b.p : "");
-            tkb_free(&b);
-            longjmp(c->jb, 1);
+            jb_free(c, &b);
+            jbail(c);
         }
-        case FN_STRFTIME: {
-            jv fmt = arg(a, 0, NULL, mk_cstr("%Y-%m-%d"));
-            if (fmt.t != JV_STR) jfail(c, at->line, at->col, "strftime_now: format must be a string");
-            char fb[256], out[512];
-            snprintf(fb, sizeof fb, "%.*s", (int)fmt.u.s.n, fmt.u.s.p);
-            time_t now = time(NULL);
-            struct tm tmv;
-            localtime_r(&now, &tmv);
-            size_t k = strftime(out, sizeof out, fb, &tmv);
-            return mk_str(jstrdup(c, out, k), k);
-        }
+        case FN_STRFTIME: return strftime_now(c, at, a);
         case FN_NAMESPACE:
         case FN_DICT: {
             jdict *d = dict_new(c);
@@ -2185,7 +2407,15 @@ static jv call_value(jctx *c, jnode *at, jv f, const jargs *a) {
     jfail(c, at->line, at->col, "'%s' object is not callable", type_name(f));
 }
 
+static jv eval_inner(jctx *c, jnode *n);
 static jv eval(jctx *c, jnode *n) {
+    nest_in(c, n, "expression");
+    jv v = eval_inner(c, n);
+    c->nest--;
+    return v;
+}
+
+static jv eval_inner(jctx *c, jnode *n) {
     switch (n->kind) {
     case E_LIT: return n->lit;
     case E_NAME: return lookup(c, c->frame, n->name, n->name_n);
@@ -2307,11 +2537,14 @@ static int sort_cmp(const void *x, const void *y) {
         a = get_item(sort_ctx, sort_at, a, sort_attr);
         b = get_item(sort_ctx, sort_at, b, sort_attr);
     }
-    if (!sort_key_cmp_c && a.t == JV_STR && b.t == JV_STR) return casecmp(a, b);
+    if (!sort_key_cmp_c && a.t == JV_STR && b.t == JV_STR) {
+        work(sort_ctx, sort_at, 1, a.u.s.n < b.u.s.n ? a.u.s.n : b.u.s.n);
+        return casecmp(a, b);
+    }
     return jv_cmp(sort_ctx, sort_at, a, b);
 }
 
-static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) {
+static JINJA_LEAF jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) {
     jv none = mk_none();
     if (!strcmp(f, "safe")) return v;
     if (!strcmp(f, "default") || !strcmp(f, "d")) {
@@ -2325,9 +2558,9 @@ static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) 
     if (!strcmp(f, "tojson")) {
         jv ind = arg(a, 0, "indent", none);
         int sort = truthy(arg(a, 1, "sort_keys", mk_bool(0)));
-        tk_buf b = {0};
-        hold(c, &b);
-        put_json(c, &b, v, ind.t == JV_INT ? (int)ind.u.i : -1, 0, sort, at->line, at->col);
+        jbuf b = {0};
+        /* json.dumps: a negative indent is 0 (newlines only); none is the compact form */
+        put_json(c, &b, v, ind.t == JV_INT || ind.t == JV_BOOL ? (ind.u.i < 0 ? 0 : ind.u.i) : -1, 0, sort, at);
         return str_from_buf(c, &b);
     }
     if (!strcmp(f, "list")) return mk_list(iter_list(c, at, v));
@@ -2378,7 +2611,7 @@ static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) 
     if (v.t == JV_UNDEF && (!strcmp(f, "trim") || !strcmp(f, "upper") || !strcmp(f, "lower") || !strcmp(f, "replace") ||
                             !strcmp(f, "title") || !strcmp(f, "capitalize") || !strcmp(f, "indent")))
         v = mk_cstr("");
-    if (!strcmp(f, "trim")) return str_strip(to_str(c, v), 1, 1, arg(a, 0, "chars", none));
+    if (!strcmp(f, "trim")) return str_strip(c, to_str(c, v), 1, 1, arg(a, 0, "chars", none));
     if (!strcmp(f, "upper")) return str_case(c, to_str(c, v), 1);
     if (!strcmp(f, "lower")) return str_case(c, to_str(c, v), 0);
     if (!strcmp(f, "title")) return str_case(c, to_str(c, v), 2);
@@ -2391,38 +2624,37 @@ static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) 
     if (!strcmp(f, "indent")) {
         jv w = arg(a, 0, "width", mk_int(4));
         int first = truthy(arg(a, 1, "first", mk_bool(0))), blank = truthy(arg(a, 2, "blank", mk_bool(0)));
-        tk_buf pad = {0};
-        hold(c, &pad);
+        jbuf pad = {0};
         int64_t wn = w.t == JV_STR ? 0 : to_int(w, 4);
         if (wn > (int64_t)CELER_MAX_TEMPLATE_OUTPUT)
             jfail(c, at->line, at->col, "indent: width %lld exceeds the output limit (%u bytes)", (long long)wn,
                   CELER_MAX_TEMPLATE_OUTPUT);
-        if (w.t == JV_STR) tkb_put(&pad, w.u.s.p, w.u.s.n);
-        else for (int64_t i = 0; i < wn; i++) tkb_putc(&pad, ' ');
+        if (w.t == JV_STR) jput(c, &pad, w.u.s.p, w.u.s.n);
+        else for (int64_t i = 0; i < wn; i++) jputc(c, &pad, ' ');
         jv s = to_str(c, v);
-        tk_buf b = {0};
+        jbuf b = {0};
         size_t i = 0;
         int line0 = 1;
         while (i <= s.u.s.n) {
             const char *nl = memchr(s.u.s.p + i, '\n', s.u.s.n - i);
             size_t e = nl ? (size_t)(nl - s.u.s.p) : s.u.s.n;
             int empty = e == i;
-            if ((line0 ? first : 1) && (blank || !empty)) tkb_put(&b, pad.p, pad.n);
-            tkb_put(&b, s.u.s.p + i, e - i);
+            if ((line0 ? first : 1) && (blank || !empty)) jput(c, &b, pad.p, pad.n);
+            jput(c, &b, s.u.s.p + i, e - i);
             if (!nl) break;
-            tkb_putc(&b, '\n');
+            jputc(c, &b, '\n');
             i = e + 1;
             line0 = 0;
         }
-        unhold(c, &pad);
-        tkb_free(&pad);
+        jb_free(c, &pad);
         return str_from_buf(c, &b);
     }
     if (!strcmp(f, "unique")) {
         jlist *l = iter_list(c, at, v), *r = list_new(c, l->n);
         for (size_t i = 0; i < l->n; i++) {
             size_t k;
-            for (k = 0; k < r->n && !jv_equal(r->v[k], l->v[i]); k++) {}
+            /* quadratic, as the values have no hash: each comparison is a step */
+            for (k = 0; k < r->n && (work(c, at, 1, 0), !jv_equal(c, r->v[k], l->v[i])); k++) {}
             if (k == r->n) list_push(c, r, l->v[i]);
         }
         return mk_list(r);
@@ -2442,15 +2674,21 @@ static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) 
         if (!strcmp(f, "dictsort")) sort_attr = none;
         sort_ctx = c;
         sort_at = at;
-        /* insertion sort: stable, like Python's */
-        for (size_t i = 1; i < r->n; i++) {
-            jv x = r->v[i];
-            size_t k = i;
-            while (k > 0 && (rev ? sort_cmp(&r->v[k - 1], &x) < 0 : sort_cmp(&r->v[k - 1], &x) > 0)) {
-                r->v[k] = r->v[k - 1];
-                k--;
+        /* merge sort: stable, like Python's, n log n comparisons */
+        jv *tmp = jalloc(c, (r->n ? r->n : 1) * sizeof *tmp);
+        for (size_t w = 1; w < r->n; w *= 2) {
+            for (size_t lo = 0; lo + w < r->n; lo += 2 * w) {
+                size_t mid = lo + w, hi = lo + 2 * w < r->n ? lo + 2 * w : r->n, i = lo, j = mid, k = lo;
+                while (i < mid && j < hi) {
+                    int cmp = sort_cmp(&r->v[i], &r->v[j]);
+                    /* the right run's element goes first only when strictly before */
+                    if (rev ? cmp < 0 : cmp > 0) tmp[k++] = r->v[j++];
+                    else tmp[k++] = r->v[i++];
+                }
+                while (i < mid) tmp[k++] = r->v[i++];
+                while (j < hi) tmp[k++] = r->v[j++];
+                memcpy(r->v + lo, tmp + lo, (hi - lo) * sizeof *tmp);
             }
-            r->v[k] = x;
         }
         return mk_list(r);
     }
@@ -2469,7 +2707,10 @@ static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) 
         if (fname.t != JV_STR) jfail(c, at->line, at->col, "map: needs a filter name or attribute=");
         jargs rest = {a->v ? a->v + 1 : NULL, a->kw ? a->kw + 1 : NULL, a->n > 0 ? a->n - 1 : 0};
         const char *fn = jstrdup(c, fname.u.s.p, fname.u.s.n);
+        /* map('map', 'map', ...) recurses once per argument */
+        nest_in(c, at, "filter");
         for (size_t i = 0; i < l->n; i++) list_push(c, r, apply_filter(c, at, fn, l->v[i], &rest));
+        c->nest--;
         return mk_list(r);
     }
     if (!strcmp(f, "select") || !strcmp(f, "reject") || !strcmp(f, "selectattr") || !strcmp(f, "rejectattr")) {
@@ -2493,7 +2734,7 @@ static jv apply_filter(jctx *c, jnode *at, const char *f, jv v, const jargs *a) 
     jfail(c, at->line, at->col, "no filter named '%s'", f);
 }
 
-static int apply_test(jctx *c, jnode *at, const char *t, jv v, const jargs *a) {
+static JINJA_LEAF int apply_test(jctx *c, jnode *at, const char *t, jv v, const jargs *a) {
     if (!strcmp(t, "defined")) return v.t != JV_UNDEF;
     if (!strcmp(t, "undefined")) return v.t == JV_UNDEF;
     if (!strcmp(t, "none")) return v.t == JV_NONE;
@@ -2517,14 +2758,14 @@ static int apply_test(jctx *c, jnode *at, const char *t, jv v, const jargs *a) {
         if (v.t != JV_INT || d.t != JV_INT || !d.u.i) jfail(c, at->line, at->col, "divisibleby needs integers");
         return v.u.i % d.u.i == 0;
     }
-    if (!strcmp(t, "eq") || !strcmp(t, "equalto") || !strcmp(t, "==")) return jv_equal(v, arg(a, 0, NULL, mk_none()));
-    if (!strcmp(t, "ne") || !strcmp(t, "!=")) return !jv_equal(v, arg(a, 0, NULL, mk_none()));
-    if (!strcmp(t, "sameas")) return jv_equal(v, arg(a, 0, NULL, mk_none())) && v.t == arg(a, 0, NULL, mk_none()).t;
+    if (!strcmp(t, "eq") || !strcmp(t, "equalto") || !strcmp(t, "==")) return jv_equal(c, v, arg(a, 0, NULL, mk_none()));
+    if (!strcmp(t, "ne") || !strcmp(t, "!=")) return !jv_equal(c, v, arg(a, 0, NULL, mk_none()));
+    if (!strcmp(t, "sameas")) return jv_equal(c, v, arg(a, 0, NULL, mk_none())) && v.t == arg(a, 0, NULL, mk_none()).t;
     if (!strcmp(t, "in")) return contains(c, at, arg(a, 0, NULL, mk_none()), v);
     if (!strcmp(t, "lower") || !strcmp(t, "upper")) {
         if (v.t != JV_STR) return 0;
         jv x = str_case(c, v, t[0] == 'u');
-        return jv_equal(x, v);
+        return jv_equal(c, x, v);
     }
     if (!strcmp(t, "gt") || !strcmp(t, "ge") || !strcmp(t, "lt") || !strcmp(t, "le")) {
         int r = jv_cmp(c, at, v, arg(a, 0, NULL, mk_none()));
@@ -2536,23 +2777,21 @@ static int apply_test(jctx *c, jnode *at, const char *t, jv v, const jargs *a) {
 /* ---- statements */
 /* Output captured for a macro call or a set block goes to a buffer registered in the
  * context, so that an error unwinding through it still frees it. */
-static tk_buf *capture_begin(jctx *c) {
-    if (c->ncap == (int)(sizeof c->caps / sizeof *c->caps)) jfail(c, 0, 0, "macros or set blocks nested too deeply");
-    tk_buf *b = jalloc(c, sizeof *b);
+static jbuf *capture_begin(jctx *c) {
+    jbuf *b = jalloc(c, sizeof *b);
     memset(b, 0, sizeof *b);
-    c->caps[c->ncap++] = b;
-    tk_buf *saved = c->out;
+    jbuf *saved = c->out;
     c->out = b;
     return saved;
 }
 
-static jv capture_end(jctx *c, tk_buf *saved) {
-    tk_buf *b = c->caps[--c->ncap];
+static jv capture_end(jctx *c, jbuf *saved) {
+    jbuf *b = c->out;
     c->out = saved;
     return str_from_buf(c, b);
 }
 
-static jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a) {
+static JINJA_LEAF jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a) {
     if (++c->depth > CELER_MAX_TEMPLATE_DEPTH) jfail(c, at->line, at->col, "macro recursion too deep");
     jframe *f = jalloc(c, sizeof *f);
     memset(f, 0, sizeof *f);
@@ -2572,9 +2811,9 @@ static jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a) {
     jframe *saved = c->frame;
     c->frame = f;
     for (int k = 0; k < m->nnames; k++)
-        if (!dict_find_s(&f->vars, m->names[k], strlen(m->names[k])))
+        if (!dict_find_s(c, &f->vars, m->names[k], strlen(m->names[k])))
             frame_set(c, f, m->names[k], m->defaults[k] ? eval(c, m->defaults[k]) : mk_undef(m->names[k]));
-    tk_buf *saved_out = capture_begin(c);
+    jbuf *saved_out = capture_begin(c);
     int sb = c->brk, sc = c->cont;
     exec_body(c, m->body, m->nbody);
     c->brk = sb;
@@ -2584,18 +2823,31 @@ static jv call_macro(jctx *c, jnode *at, jnode *m, const jargs *a) {
     return capture_end(c, saved_out);
 }
 
-static void count_step(jctx *c, const jnode *n) {
-    if (++c->steps > CELER_MAX_TEMPLATE_STEPS)
-        jfail(c, n->line, n->col, "rendering runs more than %d statements and loop iterations (the limit)", CELER_MAX_TEMPLATE_STEPS);
+static _Noreturn void steps_fail(jctx *c, const jnode *at) {
+    jfail(c, at ? at->line : 0, at ? at->col : 0,
+          "rendering takes more than %d steps (the limit; a step is a statement, a loop iteration, an element "
+          "visited or %d bytes read or written)", CELER_MAX_TEMPLATE_STEPS, CELER_TEMPLATE_STEP_BYTES);
 }
 
+static void count_step(jctx *c, const jnode *n) { work(c, n, 1, 0); }
+
+static void exec_stmt_inner(jctx *c, jnode *n);
 static void exec_stmt(jctx *c, jnode *n) {
     count_step(c, n);
+    nest_in(c, n, "block");
+    const jnode *saved = c->stmt;
+    c->stmt = n;
+    exec_stmt_inner(c, n);
+    c->stmt = saved;
+    c->nest--;
+}
+
+static void exec_stmt_inner(jctx *c, jnode *n) {
     switch (n->kind) {
-    case S_TEXT: tkb_put(c->out, n->name, n->name_n); break;
+    case S_TEXT: jput(c, c->out, n->name, n->name_n); break;
     case S_OUT: {
         jv v = eval(c, n->a);
-        put_str(c->out, v);
+        put_str(c, c->out, v);
         break;
     }
     case S_IF:
@@ -2664,17 +2916,17 @@ static void exec_stmt(jctx *c, jnode *n) {
         break;
     }
     case S_SETBLOCK: {
-        tk_buf *saved = capture_begin(c);
+        jbuf *saved = capture_begin(c);
         exec_body(c, n->body, n->nbody);
         frame_set(c, c->frame, n->name, capture_end(c, saved));
         break;
     }
     case S_FILTERBLOCK: {
-        tk_buf *saved = capture_begin(c);
+        jbuf *saved = capture_begin(c);
         exec_body(c, n->body, n->nbody);
         jv body = capture_end(c, saved);
         jargs a = eval_args(c, n);
-        put_str(c->out, apply_filter(c, n, n->name, body, &a));
+        put_str(c, c->out, apply_filter(c, n, n->name, body, &a));
         break;
     }
     case S_MACRO: {
@@ -2690,52 +2942,44 @@ static void exec_stmt(jctx *c, jnode *n) {
     }
 }
 
+/* The result is a C string: a NUL byte in it would cut off what follows, so it is
+ * an error at the statement that writes it. c->clean: bytes of the result checked. */
+static void check_output(jctx *c, const jnode *at) {
+    if (c->out != c->top) return;
+    if (c->top->n > CELER_MAX_TEMPLATE_OUTPUT)
+        jfail(c, at->line, at->col, "the output exceeds %u bytes (the limit)", CELER_MAX_TEMPLATE_OUTPUT);
+    if (c->top->n > c->clean) {
+        const char *z = memchr(c->top->p + c->clean, 0, c->top->n - c->clean);
+        if (z)
+            jfail(c, at->line, at->col, "the output would contain a NUL byte (at offset %zu), which ends a C string",
+                  (size_t)(z - c->top->p));
+        c->clean = c->top->n;
+    }
+}
+
 static void exec_body(jctx *c, jnode **body, int n) {
     for (int i = 0; i < n && !c->brk && !c->cont; i++) {
         exec_stmt(c, body[i]);
-        if (c->out->oom) jfail(c, 0, 0, "out of memory");
-        if (c->out->n > CELER_MAX_TEMPLATE_OUTPUT)
-            jfail(c, body[i]->line, body[i]->col, "the output exceeds %u bytes (the limit)", CELER_MAX_TEMPLATE_OUTPUT);
+        check_output(c, body[i]);
     }
 }
 
 /* ======================================================================== entry points */
-static void arena_free(jarena_blk *b) {
+/* Frees the render's memory; on success every buffer has been freed or adopted, on
+ * failure jbail freed them. */
+static void ctx_free(jctx *c) {
+    for (jown *o = c->owned; o; o = o->next) free(o->p);
+    jarena_blk *b = c->arena;
     while (b) {
         jarena_blk *n = b->next;
         free(b);
         b = n;
     }
+    free(c);
 }
 
-/* Renders tmpl with the variables of vars (a JSON object document, may be NULL) and
- * extra string variables (name, value pairs, NULL-terminated). */
-char *tk_jinja_render(const char *tmpl, size_t tmpl_len, const char *where, const tj_val *vars, const char *const *extra,
-                      const tj_val *extra_json_name_vals[], size_t *out_len);
-char *tk_jinja_render(const char *tmpl, size_t tmpl_len, const char *where, const tj_val *vars, const char *const *extra,
-                      const tj_val *extra_json_name_vals[], size_t *out_len) {
-    if (tmpl_len > CELER_MAX_TEMPLATE_BYTES) {
-        err_set("%s: template of %zu bytes exceeds the %u-byte limit", where ? where : "template", tmpl_len, CELER_MAX_TEMPLATE_BYTES);
-        return NULL;
-    }
-    jctx *c = calloc(1, sizeof *c);
-    tk_buf *out = calloc(1, sizeof *out);
-    if (!c || !out) {
-        free(c);
-        free(out);
-        err_set("out of memory");
-        return NULL;
-    }
-    c->where = where ? where : "template";
-    c->out = out;
-        if (setjmp(c->jb)) {
-        for (int i = 0; i < c->ncap; i++) tkb_free(c->caps[i]);
-        tkb_free(out);
-        free(out);
-        arena_free(c->arena);
-        free(c);
-        return NULL;
-    }
+/* Lexes and parses the template into c (c->jb must be set); returns the body. */
+static svec parse_template(jctx *c, const char *tmpl, size_t tmpl_len) {
     /* as jinja2 reads a template: newlines normalized to \n, one trailing newline dropped */
     char *src = jalloc(c, tmpl_len + 1);
     size_t sn = 0;
@@ -2752,6 +2996,57 @@ char *tk_jinja_render(const char *tmpl, size_t tmpl_len, const char *where, cons
     lex(c);
     svec body = {0};
     parse_body(c, &body, NULL, NULL, NULL);
+    return body;
+}
+
+static jctx *ctx_new(const char *tmpl_len_where, size_t tmpl_len) {
+    if (tmpl_len > CELER_MAX_TEMPLATE_BYTES) {
+        err_set("%s: template of %zu bytes exceeds the %u-byte limit", tmpl_len_where, tmpl_len, CELER_MAX_TEMPLATE_BYTES);
+        return NULL;
+    }
+    jctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        err_set("out of memory");
+        return NULL;
+    }
+    c->where = tmpl_len_where;
+    return c;
+}
+
+/* Parses tmpl without rendering it: 0 when it is a template this interpreter can
+ * render, else -1 with a message naming where, line and column (syntax errors and
+ * the size and nesting limits a template breaks before it runs). */
+int tk_jinja_check(const char *tmpl, size_t tmpl_len, const char *where);
+int tk_jinja_check(const char *tmpl, size_t tmpl_len, const char *where) {
+    jctx *c = ctx_new(where ? where : "template", tmpl_len);
+    if (!c) return -1;
+    if (setjmp(c->jb)) {
+        ctx_free(c);
+        return -1;
+    }
+    parse_template(c, tmpl, tmpl_len);
+    ctx_free(c);
+    return 0;
+}
+
+/* Renders tmpl with the variables of vars (a JSON object document, may be NULL) and
+ * extra string variables (name, value pairs, NULL-terminated). Returns a malloc'd
+ * NUL-terminated string (its length in *out_len), or NULL with a message. */
+char *tk_jinja_render(const char *tmpl, size_t tmpl_len, const char *where, const tj_val *vars, const char *const *extra,
+                      const tj_val *extra_json_name_vals[], size_t *out_len);
+char *tk_jinja_render(const char *tmpl, size_t tmpl_len, const char *where, const tj_val *vars, const char *const *extra,
+                      const tj_val *extra_json_name_vals[], size_t *out_len) {
+    jctx *c = ctx_new(where ? where : "template", tmpl_len);
+    if (!c) return NULL;
+    if (setjmp(c->jb)) {
+        ctx_free(c);
+        return NULL;
+    }
+    svec body = parse_template(c, tmpl, tmpl_len);
+    c->depth = 0;
+    jbuf *out = jalloc(c, sizeof *out);
+    memset(out, 0, sizeof *out);
+    c->out = c->top = out;
     jframe *root = jalloc(c, sizeof *root);
     memset(root, 0, sizeof *root);
     c->root = root;
@@ -2768,14 +3063,12 @@ char *tk_jinja_render(const char *tmpl, size_t tmpl_len, const char *where, cons
     }
     exec_body(c, body.v, body.n);
     if (c->brk || c->cont) jfail(c, 0, 0, "break/continue outside a loop");
-    char *r = tkb_cstr(out);
-    if (!r) {
-        err_set("out of memory rendering");
-        tkb_free(out);
-    } else if (out_len) *out_len = out->n;
-    free(out);
-    arena_free(c->arena);
-    free(c);
+    jb_grow(c, out, 0);
+    out->p[out->n] = 0;
+    jb_unlink(c, out);
+    char *r = out->p;
+    if (out_len) *out_len = out->n;
+    ctx_free(c);
     return r;
 }
 

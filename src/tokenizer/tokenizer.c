@@ -186,6 +186,10 @@ static int load_config(celer_tokenizer *t, const char *dir) {
             goto out;
         }
         if (pick) {
+            if (memchr(pick->u.s, 0, pick->n)) {
+                err_set("%s: chat_template contains a NUL byte", path);
+                goto out;
+            }
             if (!(t->chat_template = dupn(pick->u.s, pick->n)) || !(t->tmpl_where = mem_strdup(path))) goto oom;
         }
     }
@@ -207,6 +211,7 @@ static int load_template_file(celer_tokenizer *t, const char *dir) {
     char *s = mem_read_file(path, &n);
     if (!s) return -1;
     t->chat_template = s;
+    if (memchr(s, 0, n)) return err_set("%s: the template contains a NUL byte", path);
     if (!(t->tmpl_where = mem_strdup(path))) return -1;
     return 0;
 }
@@ -294,6 +299,15 @@ out:
     return rc;
 }
 
+int tk_jinja_check(const char *tmpl, size_t tmpl_len, const char *where);
+
+/* A chat template is parsed when the tokenizer opens, so that one the interpreter
+ * cannot run (a syntax error, an expression nested past the limits) is refused at
+ * start-up, naming its file and line, instead of failing every chat request. */
+static int check_template(const celer_tokenizer *t) {
+    return t->chat_template ? tk_jinja_check(t->chat_template, strlen(t->chat_template), t->tmpl_where) : 0;
+}
+
 celer_tokenizer *celer_tokenizer_open(const char *path) {
     tk_byte_map_init();
     struct stat st;
@@ -315,7 +329,8 @@ celer_tokenizer *celer_tokenizer_open(const char *path) {
     celer_tokenizer *t = calloc(1, sizeof *t);
     if (!t) { err_set("out of memory"); return NULL; }
     t->bos_id = t->eos_id = -1;
-    if (!(t->path = mem_strdup(file)) || load_tokenizer_json(t, file) || load_template_file(t, dir) || load_config(t, dir)) {
+    if (!(t->path = mem_strdup(file)) || load_tokenizer_json(t, file) || load_template_file(t, dir) || load_config(t, dir) ||
+        check_template(t)) {
         celer_tokenizer_free(t);
         return NULL;
     }
