@@ -40,6 +40,8 @@ typedef struct {
 typedef struct {
     int fd;
     int can_probe;            /* HTTP/1.1 before the response: a 100 Continue may be sent */
+    int stream;               /* an event stream: the probe is an SSE comment line */
+    int want_probe;           /* the stream should send its probe now */
     int probed;               /* something was written after its FIN */
 } peer;
 
@@ -71,6 +73,10 @@ static int client_gone(peer *p) {
     socklen_t tl = sizeof ti;
     if (getsockopt(p->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 && ti.tcpi_state == TCP_CLOSE) return 1;
     if (p->probed) return 0; /* half-closed: still reading */
+    if (p->stream) { /* libmicrohttpd may hold the headers back until the first bytes */
+        p->probed = p->want_probe = 1;
+        return 0;
+    }
     if (!p->can_probe) return 1; /* HTTP/1.0: nothing may be written before the answer */
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
     p->probed = 1;
@@ -167,6 +173,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             cancel_job(sc->s, j);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
+        if (sc->p.want_probe) { /* a FIN: an SSE comment (ignored by readers) is the probe */
+            sc->p.want_probe = 0;
+            if (srv_buf_add(&sc->out, ":\n\n", 3)) {
+                cancel_job(sc->s, j);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+        }
     }
 }
 
@@ -205,7 +218,7 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, int kind, conn
     /* the prompt is tokens now: the parse's memory is free again */
     guard_unreserve(s, cc->conn, cc->parse_cost);
     cc->parse_cost = 0;
-    peer p = {conn_fd(c), cc->http11, 0};
+    peer p = {.fd = conn_fd(c), .can_probe = cc->http11};
     if (j->req->stream) {
         stream_ctx *sc = calloc(1, sizeof *sc);
         if (sc) sc->started = calloc((size_t)j->req->n, 1);
@@ -222,7 +235,7 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, int kind, conn
         sc->s = s;
         sc->j = j;
         sc->p = p;
-        sc->p.probed = 1; /* the response's own bytes will be the probe */
+        sc->p.stream = 1;
         sc->t0 = cc->t0;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
