@@ -344,6 +344,7 @@ static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, 
         if (!get) return reply_error(s, c, 405, "use GET", NULL);
         if (public) return reply(s, c, 200, JSON, openai_models_json(s));
         if (!s->cfg.metrics) return reply_error(s, c, 501, "metrics are off: start the server with --metrics", NULL);
+        if (!s->sched) return reply_error(s, c, 503, "Loading model", NULL);
         srv_sched_stats st;
         srv_sched_get_stats(s->sched, &st);
         return reply(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", srv_metrics_render(s->metrics, &st));
@@ -362,6 +363,7 @@ static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, 
         return reply(s, c, status, JSON, out);
     }
     if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE)) return reply_error(s, c, 503, "the server is shutting down", NULL);
+    if (!s->sched) return reply_error(s, c, 503, "Loading model", NULL); /* a server without a model (fuzz/) */
     __atomic_add_fetch(&s->active, 1, __ATOMIC_ACQ_REL);
     cc->counted = 1;
     return generate(s, c, kind, cc);
