@@ -46,8 +46,8 @@ node_case() {
   if [ "$rc" != 0 ] && ! grep -q '^FAIL ' <<<"$out"; then bad "abuse.mjs $1 exited $rc"; fi
 }
 
-start queue -np 1 --queue-size 3 --metrics -c 1024 && { node_case queue "$PORT"; stop queue "$PID"; }
-start burst -np 2 --queue-size 4 -c 1024 && { node_case burst "$PORT"; stop burst "$PID"; }
+start queue -np 1 --queue-size 4 --metrics -c 1024 && { node_case queue "$PORT"; stop queue "$PID"; }
+start burst -np 2 --queue-size 4 --metrics -c 1024 && { node_case burst "$PORT"; stop burst "$PID"; }
 start slow -np 1 --header-timeout 2 --min-body-rate 1000 -to 60 && { node_case slow "$PORT"; stop slow "$PID"; }
 KEY=k-$$
 start key -np 1 --api-key "$KEY" && { node_case key "$PORT" "$KEY"; stop key "$PID"; }
