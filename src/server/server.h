@@ -17,7 +17,8 @@
  * Threads: libmicrohttpd runs one thread per connection; each parses its request,
  * submits a job and waits on the job's condition variable. The scheduler thread is
  * the only one that touches the model, sessions, samplers and the prompt cache. A job
- * is reference counted (the HTTP side and the scheduler each hold one reference). */
+ * is reference counted (the HTTP side and the scheduler each hold one reference).
+ * guard.c's reaper thread only reads the registry of connections and shuts sockets. */
 #ifndef CELER_SERVER_H
 #define CELER_SERVER_H
 #include <jansson.h>
