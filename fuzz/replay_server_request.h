@@ -157,13 +157,25 @@ static int rs_wire(const uint8_t *data, size_t n) {
             srv_buf_add(&req, (const char *)in, in_n);
         }
     }
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)s->port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        if (fd >= 0) close(fd);
+    /* Each input comes from another loopback address (127.0.x.y): the server closes
+     * first and keeps each connection in TIME_WAIT for a minute, and at hundreds of
+     * inputs a second one source address would run out of ports. */
+    static unsigned rs_src;
+    int fd = -1;
+    for (int tries = 0; tries < 50 && fd < 0; tries++) {
+        struct sockaddr_in a = {0}, from = {0};
+        a.sin_family = from.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)s->port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        from.sin_addr.s_addr = htonl(0x7f000000u | (1 + rs_src++ % 0xfffeu));
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0 && (bind(fd, (struct sockaddr *)&from, sizeof from) != 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)) {
+            close(fd);
+            fd = -1;
+            usleep(20000);
+        }
+    }
+    if (fd < 0) {
         srv_buf_free(&req);
         return RS_BROKEN("cannot connect to the live server");
     }
