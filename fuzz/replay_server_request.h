@@ -10,12 +10,28 @@
  * with one event per choice carrying the body's bytes as text (arbitrary bytes, as a
  * detokenizer can produce), the prompt's ids and logprobs, rendered as the plain
  * response, the SSE frames and the stream's end. A refusal must carry a status in
- * 400..599 and a message. */
+ * 400..599 and a message.
+ *
+ * With bit 7 of the first byte set the input goes over a socket instead, to a live
+ * server (srv_start on 127.0.0.1, a tokenizer and no model: generations answer 503,
+ * /tokenize and /detokenize work; --max-body 4096, --header-timeout 1). The second
+ * byte says how: bits 0-2 the path, bit 3 a chunked body (else Content-Length), bit 4
+ * the rest is the whole request (request line and headers too) sent verbatim, bits 5-6
+ * how many pieces (1, 4, 16, 64) the bytes are trickled in, with a yield between
+ * pieces, piece sizes drawn from the input. Then the client half-closes and reads
+ * until the server closes. Promised: an answer that begins with a status line (or,
+ * for a verbatim request, none) within 8 s; a built request over --max-body gets 413. */
 #ifndef CELER_REPLAY_SERVER_REQUEST_H
 #define CELER_REPLAY_SERVER_REQUEST_H
 
 #include <jansson.h>
+#include <poll.h>
+#include <sched.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,7 +72,158 @@ static inline int replay_server_init(void) {
     return 0;
 }
 
+#define RS_BROKEN(...) (fprintf(stderr, "server request replay: " __VA_ARGS__), fputc('\n', stderr), -1)
+
+/* ---- over a socket ---- */
+
+static srv *rs_live;
+
+static srv *rs_live_server(void) {
+    if (rs_live) return rs_live;
+    srv_config cfg = {0};
+    cfg.model_dir = "models/default";
+    cfg.host = "127.0.0.1";
+    cfg.n_parallel = 2;
+    cfg.ctx_size = 256;
+    cfg.n_predict = -1;
+    cfg.batch_size = 64;
+    cfg.max_body = 4096;
+    cfg.queue_size = 4;
+    cfg.max_concurrent = 64; /* libFuzzer opens connections fast; their threads end a little later */
+    cfg.timeout_s = 5;
+    cfg.header_timeout_s = 1;
+    cfg.quiet = 1;
+    srv *s = srv_start(&cfg);
+    if (!s) return NULL;
+    if (!(s->tok = celer_tokenizer_open("models/default"))) {
+        srv_free(s);
+        return NULL;
+    }
+    s->info.vocab_size = celer_tokenizer_n_vocab(s->tok);
+    s->info.eos_token = -1;
+    s->info.max_context = 256;
+    s->info.model_type = "llama";
+    s->info.format = "fuzz";
+    if (srv_prepare_requests(s) != 0) {
+        srv_free(s);
+        return NULL;
+    }
+    __atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE); /* no scheduler: generations answer 503 */
+    return rs_live = s;
+}
+
+static int rs_send_all(int fd, const uint8_t *p, size_t n) {
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k <= 0) return -1; /* the server closed first: allowed */
+        p += k, n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int rs_wire(const uint8_t *data, size_t n) {
+    srv *s = rs_live_server();
+    if (!s) return RS_BROKEN("cannot start the live server: %s", celer_last_error());
+    if (n < 2) return 0;
+    static const char *const paths[8] = {"/tokenize", "/detokenize", "/v1/completions", "/v1/chat/completions",
+                                         "/completion", "/health", "/metrics", "/nothing"};
+    unsigned how = data[1];
+    const uint8_t *in = data + 2;
+    size_t in_n = n - 2;
+    int chunked = how & 8, verbatim = how & 16, pieces = 1 << (2 * ((how >> 5) & 3));
+    /* the bytes to send */
+    srv_buf req = {0};
+    if (verbatim) {
+        srv_buf_add(&req, (const char *)in, in_n);
+    } else {
+        char head[256];
+        snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: fuzz\r\nContent-Type: application/json\r\n", paths[how & 7]);
+        srv_buf_add(&req, head, strlen(head));
+        if (chunked) {
+            srv_buf_add(&req, "Transfer-Encoding: chunked\r\n\r\n", 30);
+            for (size_t off = 0, i = 0; off < in_n; i++) { /* chunk sizes from the input */
+                size_t c = 1 + (in[i % in_n] % 97) * (1 + (i & 3) * 40);
+                if (c > in_n - off) c = in_n - off;
+                snprintf(head, sizeof head, "%zx\r\n", c);
+                srv_buf_add(&req, head, strlen(head));
+                srv_buf_add(&req, (const char *)in + off, c);
+                srv_buf_add(&req, "\r\n", 2);
+                off += c;
+            }
+            srv_buf_add(&req, "0\r\n\r\n", 5);
+        } else {
+            snprintf(head, sizeof head, "Content-Length: %zu\r\n\r\n", in_n);
+            srv_buf_add(&req, head, strlen(head));
+            srv_buf_add(&req, (const char *)in, in_n);
+        }
+    }
+    /* Each input comes from another loopback address (127.0.x.y): the server closes
+     * first and keeps each connection in TIME_WAIT for a minute, and at hundreds of
+     * inputs a second one source address would run out of ports. */
+    static unsigned rs_src;
+    int fd = -1;
+    for (int tries = 0; tries < 50 && fd < 0; tries++) {
+        struct sockaddr_in a = {0}, from = {0};
+        a.sin_family = from.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)s->port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        from.sin_addr.s_addr = htonl(0x7f000000u | (1 + rs_src++ % 0xfffeu));
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0 && (bind(fd, (struct sockaddr *)&from, sizeof from) != 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)) {
+            close(fd);
+            fd = -1;
+            usleep(20000);
+        }
+    }
+    if (fd < 0) {
+        srv_buf_free(&req);
+        return RS_BROKEN("cannot connect to the live server");
+    }
+    /* trickle: `pieces` sends of sizes drawn from the input, a yield between them */
+    size_t off = 0;
+    for (int k = 0; k < pieces && off < req.len; k++) {
+        size_t left = req.len - off, c = k == pieces - 1 ? left : (left / (size_t)(pieces - k)) * (1 + in_n % 3) / 2 + 1;
+        if (c > left) c = left;
+        if (rs_send_all(fd, (const uint8_t *)req.p + off, c)) break;
+        off += c;
+        sched_yield();
+    }
+    shutdown(fd, SHUT_WR); /* half-closed: the answer must still come */
+    char buf[4096], first[16] = {0};
+    size_t got = 0;
+    int rc = 0;
+    double end = srv_now() + 8; /* under libFuzzer's 10 s per input; a loaded machine can stall seconds */
+    for (;;) {
+        int left = (int)((end - srv_now()) * 1000);
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, left) <= 0) {
+            rc = RS_BROKEN("the server neither answered nor closed within 8 s");
+            break;
+        }
+        ssize_t k = recv(fd, buf, sizeof buf, 0);
+        if (k <= 0) break;
+        for (ssize_t i = 0; i < k && got < sizeof first - 1; i++) first[got++] = buf[i];
+        if (got >= 12 && strncmp(first, "HTTP/1.1 100", 12) == 0) { /* an interim answer: skip it */
+            got = 0;
+            memset(first, 0, sizeof first);
+        }
+    }
+    close(fd);
+    int status = got >= 12 && strncmp(first, "HTTP/1.", 7) == 0 ? atoi(first + 9) : 0;
+    if (!rc && !verbatim && (status < 200 || status > 599))
+        rc = RS_BROKEN("%s: no status line (got '%s')", paths[how & 7], first);
+    if (!rc && !verbatim && in_n > 4096 && status != 413 && status != 408)
+        rc = RS_BROKEN("%s: a %zu-byte body answered %d, not 413", paths[how & 7], in_n, status);
+    srv_buf_free(&req);
+    return rc;
+}
+
 static inline void replay_server_free(void) {
+    if (rs_live) {
+        srv_stop(rs_live);
+        srv_free(rs_live);
+        rs_live = NULL;
+    }
     for (int i = 0; i < 2; i++) {
         celer_tokenizer_free(rs_servers[i].tok);
         free(rs_servers[i].eos_ids);
@@ -65,7 +232,6 @@ static inline void replay_server_free(void) {
     }
 }
 
-#define RS_BROKEN(...) (fprintf(stderr, "server request replay: " __VA_ARGS__), fputc('\n', stderr), -1)
 
 static json_t *rs_logprobs(const celer_tokenizer *t, const int32_t *ids, int n, int top) {
     json_t *a = json_array();
@@ -129,6 +295,7 @@ static int rs_answer(srv *s, srv_request *r, const uint8_t *text, size_t tn) {
  * a promise is broken (message on stderr). */
 static inline int replay_server_request(const uint8_t *data, size_t n) {
     if (n < 1) return 0;
+    if (data[0] & 0x80) return rs_wire(data, n);
     srv *s = &rs_servers[(data[0] >> 3) & 1];
     int ep = (data[0] & 7) % 5;
     const char *body = (const char *)data + 1;

@@ -86,6 +86,12 @@
 #define CELER_SERVE_QUEUE 64                 /* --queue-size: requests waiting for a slot (503 above) */
 #define CELER_SERVE_MAX_CONCURRENT 256       /* --max-concurrent: open connections (503 above) */
 #define CELER_SERVE_TIMEOUT_S 600            /* --timeout: seconds a connection may sit idle */
+#define CELER_SERVE_HEADER_TIMEOUT_S 10      /* --header-timeout: seconds to complete the request headers (408) */
+#define CELER_SERVE_MIN_BODY_RATE 1024       /* --min-body-rate: body bytes/s at least, after --header-timeout s (408) */
+#define CELER_SERVE_REQUESTS_RAM_MIB 1024    /* --requests-ram: MiB of bodies and parsing, all requests (503 above) */
+#define CELER_SERVE_REQUEST_MEM_FACTOR 16    /* one request's memory: 16 x its body ... */
+#define CELER_SERVE_REQUEST_MEM_BASE (1u << 20) /* ... + 1 MiB (413 above): what parsing it may cost */
+#define CELER_SERVE_ANSWER_FACTOR 8          /* a /tokenize answer: 8 x the body + 1 MiB (413 above) */
 /* --max-prompt (prompt tokens) and --max-tokens (generated tokens per request)
  * default to the context size (-c), which bounds both anyway. */
 #define CELER_SERVE_MAX_STOP 16              /* strings in "stop" */

@@ -29,7 +29,7 @@ static const opt_spec opts[] = {
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
     {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
     {"--batch-size", "-b", "N", "prompt tokens prefilled per step over all slots (default 512)"},
-    {"--api-key", NULL, "KEY", "require the header 'Authorization: Bearer KEY'"},
+    {"--api-key", NULL, "KEY", "require the header 'Authorization: Bearer KEY' (or 'X-Api-Key: KEY')"},
     {"--metrics", NULL, NULL, "serve GET /metrics (Prometheus text format)"},
     {"--no-cache-prompt", NULL, NULL, "do not reuse cached prompt prefixes"},
     {"--cache-ram", NULL, "MIB", "prompt cache budget in MiB (default 512)"},
@@ -41,6 +41,9 @@ static const opt_spec opts[] = {
     {"--timeout", "-to", "N", "seconds a connection may sit idle before it is closed (default 600)"},
     {"--parse-special-in-content", NULL, NULL, "special tokens written in messages are control tokens, as transformers "
                                                "parses them (default: text, as OpenAI's API; see docs/tokenizer.md)"},
+    {"--header-timeout", NULL, "N", "seconds a request's headers may take to arrive, 408 after (default 10)"},
+    {"--min-body-rate", NULL, "BYTES", "bytes per second a body must arrive at after --header-timeout s, 408 below (default 1024)"},
+    {"--requests-ram", NULL, "MIB", "memory for request bodies and their parsing, all requests together, 503 above (default 1024)"},
     {"--quiet", NULL, NULL, "print nothing but errors"},
 };
 
@@ -86,6 +89,7 @@ int cmd_serve(int argc, char **argv) {
     cli_set_device(args_get(&a, "--device"));
     apply_env(&a);
     long port, ctx, np, npred, threads, batch, cache_mib, queue, max_body, max_prompt, max_tokens, max_conc, timeout;
+    long header_to, body_rate, req_ram;
     if (args_int(&a, "--port", 8080, 0, 65535, &port) || args_int(&a, "--ctx-size", 0, 0, 1 << 24, &ctx) ||
         args_int(&a, "--parallel", 4, 1, 256, &np) || args_int(&a, "--n-predict", -1, -1, 1 << 24, &npred) ||
         args_int(&a, "--threads", 0, 0, 1024, &threads) || args_int(&a, "--batch-size", 512, 1, 1 << 20, &batch) ||
@@ -93,7 +97,10 @@ int cmd_serve(int argc, char **argv) {
         args_int(&a, "--max-body", CELER_SERVE_MAX_BODY, 64, 1L << 32, &max_body) ||
         args_int(&a, "--max-prompt", 0, 1, 1 << 24, &max_prompt) || args_int(&a, "--max-tokens", 0, 1, 1 << 24, &max_tokens) ||
         args_int(&a, "--max-concurrent", CELER_SERVE_MAX_CONCURRENT, 1, 65536, &max_conc) ||
-        args_int(&a, "--timeout", CELER_SERVE_TIMEOUT_S, 1, 86400, &timeout))
+        args_int(&a, "--timeout", CELER_SERVE_TIMEOUT_S, 1, 86400, &timeout) ||
+        args_int(&a, "--header-timeout", CELER_SERVE_HEADER_TIMEOUT_S, 1, 86400, &header_to) ||
+        args_int(&a, "--min-body-rate", CELER_SERVE_MIN_BODY_RATE, 1, 1L << 32, &body_rate) ||
+        args_int(&a, "--requests-ram", CELER_SERVE_REQUESTS_RAM_MIB, 1, 1 << 24, &req_ram))
         return 2;
     srv_config cfg = {0};
     char defbuf[PATH_MAX + 64];
@@ -119,6 +126,9 @@ int cmd_serve(int argc, char **argv) {
     cfg.max_tokens = (int)max_tokens;
     cfg.max_concurrent = (int)max_conc;
     cfg.timeout_s = (int)timeout;
+    cfg.header_timeout_s = (int)header_to;
+    cfg.min_body_rate = (int)(body_rate > INT_MAX ? INT_MAX : body_rate);
+    cfg.requests_ram = (size_t)req_ram << 20;
     cfg.quiet = args_get(&a, "--quiet") != NULL;
     cfg.parse_special_in_content = args_get(&a, "--parse-special-in-content") != NULL;
 

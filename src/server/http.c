@@ -1,18 +1,23 @@
 /* server/http.c: libmicrohttpd glue. One thread per connection (libmicrohttpd's
- * THREAD_PER_CONNECTION mode): a handler gathers the body (refusing it past
- * --max-body), checks the bearer key, routes, and for a generation submits a job
- * and then either waits for it (plain responses) or hands a content reader to
- * libmicrohttpd that blocks on the job's events (server-sent events). While it
- * waits, the thread peeks at the socket every 50 ms: a client that went away
- * cancels its job, and the scheduler frees the slot on its next step. Connections
- * over --max-concurrent get 503 before their body is read; idle ones close after
- * --timeout seconds. */
+ * THREAD_PER_CONNECTION mode). When a request's headers are complete the handler
+ * refuses at once what needs no body: too many connections (503), a missing or
+ * wrong key (401), a Content-Length over --max-body (413), conflicting
+ * Content-Length headers (400), a transfer coding other than chunked (501). It then
+ * gathers the body, answering 413 and closing as soon as a chunked body passes
+ * --max-body, and accounting it against --requests-ram (guard.c, which also holds
+ * the header and body deadlines). It routes, and for a generation submits a job and
+ * either waits for it (plain responses) or hands libmicrohttpd a content reader that
+ * blocks on the job's events (server-sent events). While it waits, the thread looks
+ * at the socket every 50 ms: a client that went away cancels its job (a queued job
+ * leaves the queue at once; a running one frees its slot on the next step). */
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -25,13 +30,25 @@ typedef struct {
     int too_big;
     int too_many;             /* over --max-concurrent connections */
     int counted;              /* counted in s->active (a generation request) */
+    int http11;               /* the request is HTTP/1.1 (it may get a 100 Continue) */
+    srv_conn *conn;           /* guard.c's record of the connection */
+    size_t parse_cost;        /* request memory reserved for parsing the body */
     double t0;
 } conn_ctx;
+
+/* Watching a waiting client: has it gone? */
+typedef struct {
+    int fd;
+    int can_probe;            /* HTTP/1.1 before the response: a 100 Continue may be sent */
+    int stream;               /* an event stream: the probe is an SSE comment line */
+    int want_probe;           /* the stream should send its probe now */
+    int probed;               /* something was written after its FIN */
+} peer;
 
 typedef struct {
     srv *s;
     srv_job *j;               /* one reference */
-    int fd;
+    peer p;
     srv_buf out;
     unsigned char *started;   /* [n] the choice has sent its first chunk */
     int finished;             /* the closing frames are in out */
@@ -40,13 +57,30 @@ typedef struct {
 
 static const char *JSON = "application/json; charset=utf-8";
 
-/* 1 when the peer has closed its side (or the socket failed). */
-static int client_gone(int fd) {
-    if (fd < 0) return 0;
+/* 1 when the client has gone. A FIN alone does not say so: a client may shut its
+ * sending side after the request (shutdown(SHUT_WR)) and still read the answer. So
+ * after a FIN the server writes something the client ignores if it is listening (an
+ * interim "100 Continue", which HTTP/1.1 clients must accept before any response, or
+ * the stream's own bytes), and a client that closed the socket answers that with a
+ * reset: the socket's state becomes TCP_CLOSE, or the peek fails. */
+static int client_gone(peer *p) {
+    if (p->fd < 0) return 0;
     char b;
-    ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (k == 0) return 1;
-    return k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    ssize_t k = recv(p->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k > 0) return 0;
+    if (k < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    struct tcp_info ti;
+    socklen_t tl = sizeof ti;
+    if (getsockopt(p->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 && ti.tcpi_state == TCP_CLOSE) return 1;
+    if (p->probed) return 0; /* half-closed: still reading */
+    if (p->stream) { /* libmicrohttpd may hold the headers back until the first bytes */
+        p->probed = p->want_probe = 1;
+        return 0;
+    }
+    if (!p->can_probe) return 1; /* HTTP/1.0: nothing may be written before the answer */
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    p->probed = 1;
+    return send(p->fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0;
 }
 
 static int conn_fd(struct MHD_Connection *c) {
@@ -56,10 +90,13 @@ static int conn_fd(struct MHD_Connection *c) {
 
 static void cancel_job(srv *s, srv_job *j) {
     pthread_mutex_lock(&j->mu);
-    int was_done = j->done;
+    int was_done = j->done, was = j->cancelled;
     j->cancelled = 1;
     pthread_mutex_unlock(&j->mu);
-    if (!was_done && s->sched) srv_sched_wake(s->sched);
+    if (was_done || was || !s->sched) return;
+    /* a queued job gives its place back now; a running one leaves on the next step */
+    if (srv_sched_cancel(s->sched, j)) srv_metrics_cancelled(s->metrics);
+    else srv_sched_wake(s->sched);
 }
 
 /* Waits up to 50 ms for j->cv; j->mu is held. */
@@ -87,6 +124,7 @@ static enum MHD_Result reply(srv *s, struct MHD_Connection *c, int status, const
     }
     MHD_add_response_header(r, "Content-Type", ctype);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     srv_metrics_request(s->metrics, status);
@@ -131,9 +169,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             cancel_job(sc->s, j);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        if (sc->out.off == sc->out.len && client_gone(sc->fd)) {
+        if (sc->out.off == sc->out.len && client_gone(&sc->p)) {
             cancel_job(sc->s, j);
             return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (sc->p.want_probe) { /* a FIN: an SSE comment (ignored by readers) is the probe */
+            sc->p.want_probe = 0;
+            if (srv_buf_add(&sc->out, ":\n\n", 3)) {
+                cancel_job(sc->s, j);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
         }
     }
 }
@@ -170,7 +215,10 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, int kind, conn
                                : "the server is busy: the request queue is full (--queue-size); try again later",
                            NULL);
     }
-    int fd = conn_fd(c);
+    /* the prompt is tokens now: the parse's memory is free again */
+    guard_unreserve(s, cc->conn, cc->parse_cost);
+    cc->parse_cost = 0;
+    peer p = {.fd = conn_fd(c), .can_probe = cc->http11};
     if (j->req->stream) {
         stream_ctx *sc = calloc(1, sizeof *sc);
         if (sc) sc->started = calloc((size_t)j->req->n, 1);
@@ -186,7 +234,8 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, int kind, conn
         }
         sc->s = s;
         sc->j = j;
-        sc->fd = fd;
+        sc->p = p;
+        sc->p.stream = 1;
         sc->t0 = cc->t0;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -201,7 +250,7 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, int kind, conn
         wait_50ms(j);
         if (!j->done) {
             pthread_mutex_unlock(&j->mu);
-            gone = client_gone(fd);
+            gone = client_gone(&p);
             pthread_mutex_lock(&j->mu);
         }
     }
@@ -224,24 +273,43 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, int kind, conn
 
 /* ---- routing ---- */
 
+/* key == the n bytes at h, in time that depends on the key's length only; a NUL in
+ * the header never matches (the key cannot hold one). */
+static int key_equal(const char *h, size_t n, const char *key) {
+    size_t k = strlen(key);
+    unsigned diff = n != k;
+    for (size_t i = 0; i < k; i++) diff |= (unsigned)((i < n ? (unsigned char)h[i] : 0u) ^ (unsigned char)key[i]);
+    return diff == 0 && !memchr(h, 0, n);
+}
+
+/* The key comes as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' (both compared in
+ * constant time). */
 static int authorized(srv *s, struct MHD_Connection *c) {
     if (!s->cfg.api_key) return 1;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (h && strncasecmp(h, "Bearer ", 7) == 0) {
-        h += 7;
-        while (*h == ' ') h++;
-        size_t a = strlen(h), b = strlen(s->cfg.api_key);
-        unsigned diff = a != b;
-        for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned)(h[i] ^ s->cfg.api_key[i]);
-        return diff == 0;
+    const char *h = NULL;
+    size_t n = 0;
+    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
+                                      strlen(MHD_HTTP_HEADER_AUTHORIZATION), &h, &n) == MHD_YES &&
+        h && n >= 7 && strncasecmp(h, "Bearer ", 7) == 0) {
+        h += 7, n -= 7;
+        while (n && *h == ' ') h++, n--;
+        return key_equal(h, n, s->cfg.api_key);
     }
-    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
-    return x && strcmp(x, s->cfg.api_key) == 0;
+    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, "X-Api-Key", 9, &h, &n) == MHD_YES && h)
+        return key_equal(h, n, s->cfg.api_key);
+    return 0;
 }
 
 static int max_concurrent(const srv *s) { return s->cfg.max_concurrent > 0 ? s->cfg.max_concurrent : CELER_SERVE_MAX_CONCURRENT; }
 
 static int is(const char *url, const char *a, const char *b) { return strcmp(url, a) == 0 || (b && strcmp(url, b) == 0); }
+
+/* Paths that need no key. */
+static int is_public(const char *url) { return is(url, "/health", "/v1/health") || is(url, "/v1/models", "/models"); }
+
+/* Reserves what parsing the body may cost; answers 413 (over the request's budget) or
+ * 503 (over --requests-ram) and returns 0 when it cannot. */
+static int reserve_parse(srv *s, struct MHD_Connection *c, conn_ctx *cc, enum MHD_Result *rc);
 
 static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, const char *method, conn_ctx *cc) {
     int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
@@ -251,8 +319,9 @@ static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, 
         if (!ready) return reply_error(s, c, 503, "Loading model", NULL);
         return reply(s, c, 200, JSON, strdup("{\"status\":\"ok\"}"));
     }
-    int public = is(url, "/v1/models", "/models");
-    if (!public && !authorized(s, c)) return reply_error(s, c, 401, "Invalid API key: send 'Authorization: Bearer KEY'", NULL);
+    int public = is_public(url);
+    if (!public && !authorized(s, c))
+        return reply_error(s, c, 401, "Invalid API key: send 'Authorization: Bearer KEY' (or 'X-Api-Key: KEY')", NULL);
     if (cc->too_many) {
         char m[128];
         snprintf(m, sizeof m, "the server is busy: more than %d connections are open (--max-concurrent); try again later",
@@ -275,11 +344,14 @@ static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, 
         if (!get) return reply_error(s, c, 405, "use GET", NULL);
         if (public) return reply(s, c, 200, JSON, openai_models_json(s));
         if (!s->cfg.metrics) return reply_error(s, c, 501, "metrics are off: start the server with --metrics", NULL);
+        if (!s->sched) return reply_error(s, c, 503, "Loading model", NULL);
         srv_sched_stats st;
         srv_sched_get_stats(s->sched, &st);
         return reply(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", srv_metrics_render(s->metrics, &st));
     }
     if (!post) return reply_error(s, c, 405, "use POST", NULL);
+    enum MHD_Result rrc;
+    if (!reserve_parse(s, c, cc, &rrc)) return rrc;
     const char *body = cc->body.p ? cc->body.p : "";
     int status = 200;
     if (is(url, "/tokenize", NULL)) {
@@ -291,24 +363,86 @@ static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, 
         return reply(s, c, status, JSON, out);
     }
     if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE)) return reply_error(s, c, 503, "the server is shutting down", NULL);
+    if (!s->sched) return reply_error(s, c, 503, "Loading model", NULL); /* a server without a model (fuzz/) */
     __atomic_add_fetch(&s->active, 1, __ATOMIC_ACQ_REL);
     cc->counted = 1;
     return generate(s, c, kind, cc);
+}
+
+static int reserve_parse(srv *s, struct MHD_Connection *c, conn_ctx *cc, enum MHD_Result *rc) {
+    size_t values = 0, cost = openai_request_cost(cc->body.p ? cc->body.p : "", cc->body.len, &values);
+    size_t budget = openai_request_budget(cc->body.len);
+    char m[256];
+    if (cost > budget) {
+        snprintf(m, sizeof m,
+                 "the request body (%zu bytes, %zu JSON values) needs about %zu bytes of memory, over its budget of %zu "
+                 "(%d x the body + %u)",
+                 cc->body.len, values, cost, budget, CELER_SERVE_REQUEST_MEM_FACTOR, CELER_SERVE_REQUEST_MEM_BASE);
+        *rc = reply_error(s, c, 413, m, NULL);
+        return 0;
+    }
+    if (guard_reserve(s, cc->conn, cost) != 0) {
+        *rc = reply_error(s, c, 503, "the server is busy: requests hold all the memory set aside for them (--requests-ram); try again later", NULL);
+        return 0;
+    }
+    cc->parse_cost = cost;
+    return 1;
+}
+
+/* Counts the values of a header (a request may repeat one). */
+typedef struct {
+    const char *name;
+    int n, differ;
+    const char *first;
+} hdr_count;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    hdr_count *h = cls;
+    (void)kind;
+    if (!key || strcasecmp(key, h->name) != 0) return MHD_YES;
+    if (h->n++ == 0) h->first = value;
+    else if (!value || !h->first || strcmp(value, h->first) != 0) h->differ = 1;
+    return MHD_YES;
+}
+
+/* What the headers alone condemn: 0, or an HTTP status with a message in m. */
+static int check_headers(struct MHD_Connection *c, char *m, size_t mn) {
+    hdr_count cl = {MHD_HTTP_HEADER_CONTENT_LENGTH, 0, 0, NULL}, te = {MHD_HTTP_HEADER_TRANSFER_ENCODING, 0, 0, NULL};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &cl);
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &te);
+    if (cl.differ) return snprintf(m, mn, "the request has conflicting Content-Length headers"), 400;
+    if (te.n > 1 || (te.n == 1 && strcasecmp(te.first ? te.first : "", "chunked") != 0)) {
+        snprintf(m, mn, "Transfer-Encoding '%.60s' is not supported: send the body as is or chunked", te.first ? te.first : "");
+        return 501;
+    }
+    if (te.n && cl.n) return snprintf(m, mn, "the request has both Transfer-Encoding and Content-Length"), 400;
+    return 0;
+}
+
+static srv_conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     srv *s = cls;
     conn_ctx *cc = *con_cls;
-    (void)version;
-    if (!cc) {
+    if (!cc) { /* the headers are complete; nothing of the body is read yet */
         if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
         cc->t0 = srv_now();
+        cc->http11 = version && strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
+        cc->conn = conn_of(c);
         *con_cls = cc;
+        guard_phase(s, cc->conn, SRV_CONN_BODY);
         if (__atomic_load_n(&s->conns, __ATOMIC_ACQUIRE) > max_concurrent(s)) {
             cc->too_many = 1; /* answer before reading the body */
             return route(s, c, url, method, cc);
         }
+        if (!is_public(url) && !authorized(s, c)) return route(s, c, url, method, cc); /* 401 */
+        char m[160];
+        int st = check_headers(c, m, sizeof m);
+        if (st) return reply_error(s, c, st, m, NULL);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
             cc->too_big = 1; /* answer before reading the body */
@@ -317,36 +451,52 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!cc->too_big) {
-            if (cc->body.len + *upload_size > s->cfg.max_body) {
-                cc->too_big = 1;
-                srv_buf_free(&cc->body);
-            } else if (srv_buf_add(&cc->body, upload, *upload_size)) {
-                return MHD_NO;
-            }
-        }
+        size_t n = *upload_size;
         *upload_size = 0;
+        guard_body(s, cc->conn, n);
+        char m[160];
+        if (cc->body.len + n > s->cfg.max_body) {
+            /* a chunked body past the limit: libmicrohttpd cannot queue a response in the
+             * middle of a body, so the answer goes straight onto the socket and the
+             * connection closes; the rest of the upload is never read */
+            snprintf(m, sizeof m, "the request body exceeds %zu bytes (--max-body)", s->cfg.max_body);
+            guard_answer(s, cc->conn, 413, m);
+            return MHD_NO;
+        }
+        if (guard_reserve(s, cc->conn, n) != 0) {
+            guard_answer(s, cc->conn, 503,
+                         "the server is busy: requests hold all the memory set aside for them (--requests-ram); try again later");
+            return MHD_NO;
+        }
+        if (srv_buf_add(&cc->body, upload, n)) return MHD_NO;
         return MHD_YES;
     }
+    guard_phase(s, cc->conn, SRV_CONN_BUSY);
     return route(s, c, url, method, cc);
 }
 
-/* Counts open connections (--max-concurrent). */
+/* Counts open connections (--max-concurrent) and registers them with the guard. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
     srv *s = cls;
-    (void)c;
-    (void)socket_context;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED) __atomic_add_fetch(&s->conns, 1, __ATOMIC_ACQ_REL);
-    else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) __atomic_sub_fetch(&s->conns, 1, __ATOMIC_ACQ_REL);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        __atomic_add_fetch(&s->conns, 1, __ATOMIC_ACQ_REL);
+        *socket_context = guard_open(s, conn_fd(c));
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        __atomic_sub_fetch(&s->conns, 1, __ATOMIC_ACQ_REL);
+        guard_close(s, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     srv *s = cls;
     conn_ctx *cc = *con_cls;
-    (void)c;
     (void)toe;
     if (!cc) return;
     if (cc->counted) __atomic_sub_fetch(&s->active, 1, __ATOMIC_ACQ_REL);
+    srv_conn *conn = conn_of(c);
+    guard_unreserve(s, conn, (size_t)-1);
+    guard_phase(s, conn, SRV_CONN_HEADERS); /* the next request on a kept-alive connection */
     srv_buf_free(&cc->body);
     free(cc);
     *con_cls = NULL;
@@ -361,6 +511,7 @@ int http_start(srv *s) {
     snprintf(port, sizeof port, "%d", s->cfg.port);
     int gai = getaddrinfo(s->cfg.host, port, &hints, &ai);
     if (gai != 0 || !ai) return err_set("--host %s: %s", s->cfg.host, gai_strerror(gai));
+    if (!s->guard && guard_start(s) != 0) return err_set("out of memory");
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(
@@ -378,7 +529,7 @@ int http_start(srv *s) {
 }
 
 void http_stop(srv *s) {
-    if (!s->httpd) return;
-    MHD_stop_daemon(s->httpd);
+    if (s->httpd) MHD_stop_daemon(s->httpd);
     s->httpd = NULL;
+    guard_stop(s);
 }

@@ -98,6 +98,57 @@ char *openai_error_json(int status, const char *msg, const char *param) {
     return s ? s : strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}");
 }
 
+/* ---- what a body may cost ---- */
+
+/* What jansson allocates per value (with the allocator's overhead and the slot in
+ * the parent), measured roughly on glibc: an object with its initial hash table, an
+ * array with its initial table, a string (plus its bytes), a number or literal. */
+enum { COST_OBJECT = 256, COST_ARRAY = 128, COST_STRING = 80, COST_SCALAR = 48 };
+
+static int scalar_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '+';
+}
+
+size_t openai_request_cost(const char *p, size_t n, size_t *values) {
+    size_t v = 0, cost = n; /* the body itself */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == '"') {
+            size_t b = 0;
+            for (i++; i < n && p[i] != '"'; i++, b++)
+                if (p[i] == '\\') i++;
+            v++;
+            cost += COST_STRING + b;
+        } else if (c == '{') {
+            v++;
+            cost += COST_OBJECT;
+        } else if (c == '[') {
+            v++;
+            cost += COST_ARRAY;
+        } else if (c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n') {
+            while (i + 1 < n && scalar_char(p[i + 1])) i++;
+            v++;
+            cost += COST_SCALAR;
+        }
+    }
+    if (values) *values = v;
+    return cost;
+}
+
+size_t openai_request_budget(size_t len) {
+    return len * CELER_SERVE_REQUEST_MEM_FACTOR + CELER_SERVE_REQUEST_MEM_BASE;
+}
+
+/* 0 when parsing the body fits its budget; else the message in buf. */
+static int over_budget(const char *body, size_t len, char *buf, size_t bn) {
+    size_t values = 0, cost = openai_request_cost(body, len, &values), budget = openai_request_budget(len);
+    if (cost <= budget) return 0;
+    snprintf(buf, bn,
+             "the request body (%zu bytes, %zu JSON values) needs about %zu bytes of memory, over its budget of %zu (%d x the body + %u)",
+             len, values, cost, budget, CELER_SERVE_REQUEST_MEM_FACTOR, CELER_SERVE_REQUEST_MEM_BASE);
+    return 1;
+}
+
 /* ---- request parsing ---- */
 
 typedef struct {
@@ -259,7 +310,13 @@ static int parse_messages(srv *s, srv_request *r, const json_t *root, perr *e) {
             json_decref(norm);
             return fail(e, 400, "messages", "'messages[%zu].role' must be a string", i);
         }
-        json_t *c = json_deep_copy(m);
+        /* the template reads the messages as they are; only a message whose content
+         * needs normalizing gets a (shallow) copy */
+        json_t *c = json_is_string(content) ? json_incref(m) : json_copy(m);
+        if (!c) {
+            json_decref(norm);
+            return fail(e, 500, NULL, "out of memory");
+        }
         if (json_is_array(content)) {
             srv_buf b = {0};
             size_t k;
@@ -321,6 +378,11 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
     const char *nul = memchr(body, 0, len); /* never JSON; jansson would skip one after a number */
     if (nul) {
         fail(&e, 400, NULL, "the request body has a NUL byte at offset %zu: not JSON", (size_t)(nul - body));
+        goto out;
+    }
+    char ob[300];
+    if (over_budget(body, len, ob, sizeof ob)) {
+        fail(&e, 413, NULL, "%s", ob);
         goto out;
     }
     json_error_t je;
@@ -406,12 +468,13 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
         fail(&e, 400, "n", "'n' is %lld but this server has %d slots (--parallel)", n, s->cfg.n_parallel);
         goto out;
     }
-    if (s->cfg.max_tokens > 0 && max_tokens > s->cfg.max_tokens) {
+    int tok_limit = s->cfg.max_tokens > 0 ? s->cfg.max_tokens : s->cfg.ctx_size; /* --max-tokens; default: the context */
+    if (max_tokens > tok_limit) {
         const char *mp = json_object_get(root, "n_predict")               ? "n_predict"
                          : json_object_get(root, "max_completion_tokens") ? "max_completion_tokens"
                                                                           : "max_tokens";
-        fail(&e, 400, mp, "'%s' is %lld but this server generates at most %d tokens per request (--max-tokens)", mp,
-             max_tokens, s->cfg.max_tokens);
+        fail(&e, 400, mp, "'%s' is %lld but this server generates at most %d tokens per request (--max-tokens%s)", mp,
+             max_tokens, tok_limit, s->cfg.max_tokens > 0 ? "" : "; default: the context");
         goto out;
     }
     r->n = (int)n;
@@ -675,7 +738,11 @@ static json_t *load_object(const char *body, size_t len, int *status, char **err
     if (!srv_utf8_valid(body, len)) snprintf(buf, sizeof buf, "the request body is not valid UTF-8");
     else if (memchr(body, 0, len))
         snprintf(buf, sizeof buf, "the request body has a NUL byte at offset %zu: not JSON", (size_t)((const char *)memchr(body, 0, len) - body));
-    else if (!(root = json_loadb(body, len, 0, &je))) snprintf(buf, sizeof buf, "malformed JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    else if (over_budget(body, len, buf, sizeof buf)) {
+        *status = 413;
+        *err = openai_error_json(413, buf, NULL);
+        return NULL;
+    } else if (!(root = json_loadb(body, len, 0, &je))) snprintf(buf, sizeof buf, "malformed JSON: %s (line %d, column %d)", je.text, je.line, je.column);
     else if (!json_is_object(root)) snprintf(buf, sizeof buf, "the request body must be a JSON object");
     else return root;
     json_decref(root);
@@ -702,24 +769,47 @@ char *openai_tokenize_json(srv *s, const char *body, size_t len, int *status) {
         *status = 400;
         return openai_error_json(400, celer_last_error(), "content");
     }
-    json_t *arr = json_array();
-    for (int i = 0; i < n; i++) {
-        if (wp && json_is_true(wp)) {
-            size_t pl = 0;
-            char *piece = celer_detokenize(s->tok, &ids[i], 1, 0, &pl);
-            json_array_append_new(arr, json_pack("{s:i, s:o}", "id", ids[i], "piece", jstr(piece ? piece : "", piece ? pl : 0)));
-            free(piece);
-        } else {
-            json_array_append_new(arr, json_integer(ids[i]));
+    /* the answer is written as text (a tree of n objects would cost ~300 bytes a
+     * token) and may not grow past CELER_SERVE_ANSWER_FACTOR x the body + 1 MiB */
+    size_t budget = len * CELER_SERVE_ANSWER_FACTOR + CELER_SERVE_REQUEST_MEM_BASE;
+    int pieces = wp && json_is_true(wp);
+    json_decref(root);
+    srv_buf b = {0};
+    int rc = srv_buf_add(&b, "{\"tokens\":[", 11);
+    char num[48];
+    for (int i = 0; i < n && !rc; i++) {
+        if (b.len > budget) break;
+        if (!pieces) {
+            int k = snprintf(num, sizeof num, "%s%d", i ? "," : "", ids[i]);
+            rc = srv_buf_add(&b, num, (size_t)k);
+            continue;
         }
+        size_t pl = 0;
+        char *piece = celer_detokenize(s->tok, &ids[i], 1, 0, &pl);
+        json_t *js = jstr(piece ? piece : "", piece ? pl : 0);
+        char *pj = js ? json_dumps(js, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        int k = snprintf(num, sizeof num, "%s{\"id\":%d,\"piece\":", i ? "," : "", ids[i]);
+        rc = !pj || srv_buf_add(&b, num, (size_t)k) || srv_buf_add(&b, pj, strlen(pj)) || srv_buf_add(&b, "}", 1);
+        free(pj);
+        json_decref(js);
+        free(piece);
     }
     free(ids);
-    json_decref(root);
-    json_t *o = json_pack("{s:o}", "tokens", arr);
-    char *out = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
+    if (!rc && b.len > budget) {
+        srv_buf_free(&b);
+        char m[256];
+        snprintf(m, sizeof m, "the answer (%d tokens%s) would exceed %zu bytes, the limit for this body (%d x the body + %u)",
+                 n, pieces ? " with pieces" : "", budget, CELER_SERVE_ANSWER_FACTOR, CELER_SERVE_REQUEST_MEM_BASE);
+        *status = 413;
+        return openai_error_json(413, m, "content");
+    }
+    if (rc || srv_buf_add(&b, "]}", 2)) {
+        srv_buf_free(&b);
+        *status = 500;
+        return openai_error_json(500, "out of memory", NULL);
+    }
     *status = 200;
-    return out;
+    return b.p;
 }
 
 char *openai_detokenize_json(srv *s, const char *body, size_t len, int *status) {
@@ -730,16 +820,22 @@ char *openai_detokenize_json(srv *s, const char *body, size_t len, int *status) 
     size_t n = json_array_size(t);
     int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
     int ok = json_is_array(t) && ids;
+    char m[200] = "'tokens' must be an array of token ids";
     for (size_t i = 0; ok && i < n; i++) {
         json_t *x = json_array_get(t, i);
-        ok = json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) < INT32_MAX;
+        ok = json_is_integer(x);
+        if (ok && (json_integer_value(x) < 0 || json_integer_value(x) >= s->info.vocab_size)) {
+            snprintf(m, sizeof m, "'tokens[%zu]' is %lld, not an id of this model's vocabulary [0, %d)", i,
+                     (long long)json_integer_value(x), s->info.vocab_size);
+            ok = 0;
+        }
         if (ok) ids[i] = (int32_t)json_integer_value(x);
     }
     json_decref(root);
     if (!ok) {
         free(ids);
         *status = 400;
-        return openai_error_json(400, "'tokens' must be an array of token ids", "tokens");
+        return openai_error_json(400, m, "tokens");
     }
     size_t tl = 0;
     char *text = celer_detokenize(s->tok, ids, n, 0, &tl);

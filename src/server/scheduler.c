@@ -54,8 +54,10 @@ struct srv_sched {
     slot *slots;              /* [n_slots] */
     int n_slots;
     /* guarded by mu */
-    srv_job **queue;          /* ring [q_cap] */
-    int q_head, q_len, q_cap;
+    srv_job **queue;          /* ring [q_ring]: q_len jobs from q_head */
+    int q_head, q_len, q_cap, q_ring;
+    int n_free;               /* slots free as of the last admit (never more than are): a
+                               * burst may fill them and the queue (--queue-size) at once */
     int draining;
     srv_sched_stats stats;
 };
@@ -321,6 +323,7 @@ static int job_cancelled(srv_job *j) {
  * 1 when the loop should end (draining and idle). */
 static int admit(srv_sched *S) {
     pthread_mutex_lock(&S->mu);
+    S->n_free = free_slots(S);
     while (!S->q_len && !busy_slots(S) && !S->draining) pthread_cond_wait(&S->cv, &S->mu);
     if (S->draining && !S->q_len && !busy_slots(S)) {
         pthread_mutex_unlock(&S->mu);
@@ -330,9 +333,10 @@ static int admit(srv_sched *S) {
         srv_job *j = S->queue[S->q_head];
         int gone = job_cancelled(j);
         if (!gone && j->req->n > free_slots(S)) break;
-        S->q_head = (S->q_head + 1) % S->q_cap;
+        S->q_head = (S->q_head + 1) % S->q_ring;
         S->q_len--;
         if (!gone) {
+            S->n_free -= j->req->n;
             /* reserve n slots, each holding a reference; set up below */
             for (int i = 0, c = 0, leader = -1; i < S->n_slots && c < j->req->n; i++) {
                 slot *sl = &S->slots[i];
@@ -402,8 +406,10 @@ srv_sched *srv_sched_new(celer_model *m, const celer_tokenizer *tok, const srv_c
     celer_model_get_info(m, &S->info);
     S->n_slots = cfg->n_parallel;
     S->q_cap = cfg->queue_size > 0 ? cfg->queue_size : 1;
+    S->q_ring = S->q_cap + S->n_slots;
+    S->n_free = S->n_slots;
     S->slots = calloc((size_t)S->n_slots, sizeof *S->slots);
-    S->queue = calloc((size_t)S->q_cap, sizeof *S->queue);
+    S->queue = calloc((size_t)S->q_ring, sizeof *S->queue);
     S->gen = celer_gen_new(m, cfg->batch_size);
     if (!S->slots || !S->queue || !S->gen) goto fail;
     for (int i = 0; i < S->n_slots; i++) {
@@ -420,19 +426,42 @@ fail:
     return NULL;
 }
 
+/* Jobs that wait beyond the free slots: what --queue-size bounds. */
+static int waiting_locked(const srv_sched *S) { return S->q_len - (S->n_free > 0 ? S->n_free : 0); }
+
 int srv_sched_submit(srv_sched *S, srv_job *j) {
     pthread_mutex_lock(&S->mu);
-    if (S->draining || S->q_len >= S->q_cap) {
+    /* the ring holds q_cap + n_slots jobs: the free slots and the queue behind them */
+    if (S->draining || waiting_locked(S) >= S->q_cap || S->q_len >= S->q_ring) {
         pthread_mutex_unlock(&S->mu);
         return -1;
     }
     srv_job_ref(j);
-    S->queue[(S->q_head + S->q_len) % S->q_cap] = j;
+    S->queue[(S->q_head + S->q_len) % S->q_ring] = j;
     S->q_len++;
     S->stats.queued = S->q_len;
     pthread_cond_signal(&S->cv);
     pthread_mutex_unlock(&S->mu);
     return 0;
+}
+
+int srv_sched_cancel(srv_sched *S, srv_job *j) {
+    int found = 0;
+    pthread_mutex_lock(&S->mu);
+    for (int k = 0; k < S->q_len; k++) {
+        if (S->queue[(S->q_head + k) % S->q_ring] != j) continue;
+        /* close the gap: the jobs behind it move up one place, keeping their order */
+        for (int m = k; m + 1 < S->q_len; m++)
+            S->queue[(S->q_head + m) % S->q_ring] = S->queue[(S->q_head + m + 1) % S->q_ring];
+        S->q_len--;
+        S->stats.queued = S->q_len;
+        found = 1;
+        break;
+    }
+    pthread_cond_signal(&S->cv);
+    pthread_mutex_unlock(&S->mu);
+    if (found) srv_job_unref(j); /* the queue's reference */
+    return found;
 }
 
 void srv_sched_wake(srv_sched *S) {
@@ -466,7 +495,7 @@ void srv_sched_free(srv_sched *S) {
     }
     while (S->q_len) {
         srv_job_unref(S->queue[S->q_head]);
-        S->q_head = (S->q_head + 1) % S->q_cap;
+        S->q_head = (S->q_head + 1) % S->q_ring;
         S->q_len--;
     }
     celer_prompt_cache_free(S->pc);

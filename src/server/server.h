@@ -10,13 +10,16 @@
  *                queued jobs, and runs the generation loop (celer_gen_step: chunked
  *                prefill and every slot's decode token in one batched forward,
  *                sampling, stop tokens and strings, limits), caches
+ *   guard.c      deadlines for headers and bodies (a reaper thread), early answers
+ *                written on the socket, the account of request memory
  *   metrics.c    counters and histograms in Prometheus text format
  *   server.c     start (bind), load, run, drain, free
  *
  * Threads: libmicrohttpd runs one thread per connection; each parses its request,
  * submits a job and waits on the job's condition variable. The scheduler thread is
  * the only one that touches the model, sessions, samplers and the prompt cache. A job
- * is reference counted (the HTTP side and the scheduler each hold one reference). */
+ * is reference counted (the HTTP side and the scheduler each hold one reference).
+ * guard.c's reaper thread only reads the registry of connections and shuts sockets. */
 #ifndef CELER_SERVER_H
 #define CELER_SERVER_H
 #include <jansson.h>
@@ -55,6 +58,9 @@ typedef struct {
     int max_tokens;             /* max_tokens a request may ask for (400 above); 0: the context */
     int max_concurrent;         /* connections handled at once (503 above); 0: CELER_SERVE_MAX_CONCURRENT */
     int timeout_s;              /* idle connection timeout in seconds; 0: CELER_SERVE_TIMEOUT_S */
+    int header_timeout_s;       /* seconds to complete the request headers; 0: CELER_SERVE_HEADER_TIMEOUT_S */
+    int min_body_rate;          /* body bytes per second at least; 0: CELER_SERVE_MIN_BODY_RATE */
+    size_t requests_ram;        /* request memory of all connections together (503 above); 0: the default */
     int quiet;                  /* no request log on stderr */
     int parse_special_in_content; /* special tokens in message text are control tokens (default: text) */
 } srv_config;
@@ -150,6 +156,9 @@ srv_sched *srv_sched_new(celer_model *m, const celer_tokenizer *tok, const srv_c
 /* Queues a job (taking a reference). 0, or -1 when the queue is full or the
  * scheduler is draining (the caller answers 503). */
 int srv_sched_submit(srv_sched *s, srv_job *j);
+/* Takes a cancelled job out of the queue at once (its place is free for the next
+ * request); 1 when it was queued, 0 when it was not (already in a slot or gone). */
+int srv_sched_cancel(srv_sched *s, srv_job *j);
 /* Wakes the scheduler (a job was cancelled). */
 void srv_sched_wake(srv_sched *s);
 void srv_sched_get_stats(srv_sched *s, srv_sched_stats *out);
@@ -183,6 +192,7 @@ struct srv {
     srv_sched *sched;
     srv_metrics *metrics;
     void *httpd;                /* struct MHD_Daemon * */
+    struct srv_guard *guard;    /* guard.c */
     int port;                   /* bound port */
     volatile int ready;         /* model loaded (read with __atomic) */
     volatile int draining;      /* SIGTERM seen: refuse new work */
@@ -207,6 +217,36 @@ void srv_free(srv *s);
 int http_start(srv *s);
 void http_stop(srv *s);
 
+/* guard.c: one per open connection; the phase of its current request. */
+typedef struct srv_conn srv_conn;
+typedef struct srv_guard srv_guard;
+enum { SRV_CONN_HEADERS = 0, SRV_CONN_BODY, SRV_CONN_BUSY };
+/* Starts the reaper thread (s->guard). -1 on error. */
+int guard_start(srv *s);
+void guard_stop(srv *s);
+srv_conn *guard_open(srv *s, int fd);
+/* Forgets a connection (before its descriptor is closed) and its reserved memory. */
+void guard_close(srv *s, srv_conn *c);
+/* The request entered a phase: its headers are complete (BODY), its body too (BUSY),
+ * or it was answered and the next one may come (HEADERS). */
+void guard_phase(srv *s, srv_conn *c, int phase);
+void guard_body(srv *s, srv_conn *c, size_t n);
+/* Writes an error response (Connection: close) straight onto the socket, then stops
+ * reading gently; the caller returns MHD_NO. -1 when it could not (or one went out). */
+int guard_answer(srv *s, srv_conn *c, int status, const char *msg);
+/* Reserves n bytes of request memory for c (-1: past --requests-ram); released by
+ * guard_unreserve or when the connection closes. */
+int guard_reserve(srv *s, srv_conn *c, size_t n);
+void guard_unreserve(srv *s, srv_conn *c, size_t n);
+size_t guard_used(srv *s);
+
+/* openai.c: what parsing a body of len bytes may cost in memory: a scan (no
+ * allocation) that counts its JSON values and string bytes and prices them at what
+ * jansson allocates for each. *values gets the count. */
+size_t openai_request_cost(const char *body, size_t len, size_t *values);
+/* The memory one request may use: CELER_SERVE_REQUEST_MEM_FACTOR x its body +
+ * CELER_SERVE_REQUEST_MEM_BASE (413 above). */
+size_t openai_request_budget(size_t len);
 /* openai.c: request parsing. Returns the request, or NULL with *status (400, 404, ...)
  * and *msg (malloc'd) set. `path` picks the kind. */
 srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *status, char **msg, const char **param);

@@ -33,7 +33,10 @@ export function raw(port, bytes, timeoutMs = 120000) {
     sock.on('error', (e) => { clearTimeout(t); reject(e); });
     sock.on('close', () => {
       clearTimeout(t);
-      const text = Buffer.concat(chunks).toString('latin1');
+      let text = Buffer.concat(chunks).toString('latin1');
+      // interim responses (a 100 Continue, which the server may send to a client that
+      // half-closed) come before the answer
+      while (/^HTTP\/1\.1 1\d\d /.test(text) && text.indexOf('\r\n\r\n') >= 0) text = text.slice(text.indexOf('\r\n\r\n') + 4);
       const m = /^HTTP\/1\.[01] (\d+)/.exec(text);
       const i = text.indexOf('\r\n\r\n');
       let body = i >= 0 ? text.slice(i + 4) : '';

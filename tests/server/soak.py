@@ -14,7 +14,11 @@ of every prompt in a fixed set of distinct prompts (completions, chat and the na
   oversized    a body over --max-body (413), a prompt over the context (400), a lying
                Content-Length (413 before the body is read)
   disconnect   clients that go away: mid-stream, mid-body, before sending anything,
-               right after sending a request
+               right after sending a request (queued or running)
+  slow         slowloris headers (a byte at a time: 408 at --header-timeout), a body
+               trickled below --min-body-rate (408), an endless chunked upload (413
+               after at most a few MiB), a half-closed client (shutdown(SHUT_WR) after
+               its greedy request: the recorded answer must still come)
   misc         /tokenize, /detokenize, /v1/models, /health, /metrics
 Afterwards (the load gone): the server answers /health, every recorded greedy answer
 is produced again, the RSS is within SOAK_RSS_SLACK (default 1.25x + 16 MiB) of its
@@ -40,6 +44,8 @@ WARMUP = float(os.environ.get("SOAK_WARMUP", str(min(60.0, SECONDS / 10))))
 SEED = int(os.environ.get("SOAK_SEED", "1"))
 MAX_BODY = 65536
 CTX = 512
+HEADER_TIMEOUT = 3    # --header-timeout
+MIN_BODY_RATE = 2000  # --min-body-rate
 GEN = 12  # greedy tokens per valid request
 
 SUBJECTS = ["And the LORD", "In the beginning", "Then Moses", "And David", "Blessed is the man", "And Jesus",
@@ -61,7 +67,8 @@ class Server:
     def __init__(self):
         self.log = open(os.environ.get("SOAK_LOG", "/tmp/celer-soak-server.log"), "w+")
         self.p = subprocess.Popen([CELER, "serve", "-m", "models/default", "--port", "0", "-np", "4", "-c", str(CTX),
-                                   "--max-body", str(MAX_BODY), "--metrics", "--queue-size", "256"],
+                                   "--max-body", str(MAX_BODY), "--metrics", "--queue-size", "256",
+                                   "--header-timeout", str(HEADER_TIMEOUT), "--min-body-rate", str(MIN_BODY_RATE)],
                                   stdout=self.log, stderr=subprocess.STDOUT)
         self.port = None
         for _ in range(1200):
@@ -275,6 +282,126 @@ def do_disconnect(port, rng, st):
         st.fail(f"disconnect {how}: {e}")
 
 
+def read_answer(s, limit):
+    """(status, body) of the final answer on socket s (interim 1xx skipped), reading
+    until the server closes or the answer is complete; (0, b'') on a reset."""
+    data = b""
+    end = time.time() + limit
+    try:
+        while time.time() < end:
+            s.settimeout(max(0.05, end - time.time()))
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+            head, sep, body = data.partition(b"\r\n\r\n")
+            while sep and re.match(rb"HTTP/1\.1 1\d\d ", head):
+                data = body
+                head, sep, body = data.partition(b"\r\n\r\n")
+            m = re.search(rb"content-length: (\d+)", head, re.I)
+            if sep and m and len(body) >= int(m.group(1)):
+                break
+    except OSError:
+        pass
+    head, _, body = data.partition(b"\r\n\r\n")
+    m = re.match(rb"HTTP/1\.[01] (\d+)", head)
+    return (int(m.group(1)) if m else 0), body
+
+
+def do_slow(port, rng, st, expected):
+    how = rng.randrange(4)
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        if how == 0:  # slowloris: a header byte every 0.25 s
+            head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 100
+            t0 = time.time()
+            closed = False
+            for ch in head:
+                try:
+                    s.send(bytes([ch]))
+                    s.settimeout(0.25)
+                    b = s.recv(4096)
+                    closed = True
+                    break
+                except socket.timeout:
+                    continue
+                except OSError:
+                    closed, b = True, b""
+                    break
+            took = time.time() - t0
+            status = int(b[9:12]) if closed and b.startswith(b"HTTP/1.1 ") else 0
+            ok = closed and took < HEADER_TIMEOUT + 5 and (status == 408 or not b)
+            what = f"slowloris closed after {took:.1f} s with {b[:60]!r}"
+        elif how == 1:  # a body trickled below the rate
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n{\"prompt\":\"")
+            t0 = time.time()
+            status, b = 0, b""
+            while time.time() - t0 < HEADER_TIMEOUT + 10:
+                try:
+                    s.send(b"a" * 10)
+                    s.settimeout(0.2)
+                    b = s.recv(4096)
+                    status = int(b[9:12]) if b.startswith(b"HTTP/1.1 ") else 0
+                    break
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+            ok = status == 408 and b"--min-body-rate" in b
+            what = f"trickled body: {status} {b[:200]!r}"
+        elif how == 2:  # an endless chunked upload
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+            chunk = b"4000\r\n" + b"x" * 0x4000 + b"\r\n"
+            sent, status, b = 0, 0, b""
+            s.settimeout(0.01)
+            t0 = time.time()
+            while sent < (64 << 20) and time.time() - t0 < 30:
+                try:
+                    s.sendall(chunk)
+                    sent += len(chunk)
+                except socket.timeout:
+                    pass
+                except OSError:
+                    break
+                try:
+                    b = s.recv(4096)
+                    break
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+            if not b:
+                s.settimeout(5)
+                try:
+                    b = s.recv(4096)
+                except OSError:
+                    b = b""
+            status = int(b[9:12]) if b.startswith(b"HTTP/1.1 ") else 0
+            # the answer can be lost to a reset when the upload is still in flight; the
+            # upload must be cut off either way
+            ok = sent < (16 << 20) and (status == 413 or not b)
+            what = f"endless chunked: {status} after {sent} bytes {b[:100]!r}"
+        else:  # half-closed after a greedy request: the answer must still come
+            kind = rng.choice(["cmpl", "native"])
+            i = rng.randrange(len(PROMPTS))
+            path, body = valid_body(kind, i, False)
+            data = json.dumps(body).encode()
+            s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(data)}"
+                      "\r\n\r\n".encode() + data)
+            s.shutdown(socket.SHUT_WR)
+            status, raw = read_answer(s, 120)
+            got = answer_of(kind, status, raw, False)
+            ok = got == expected[kind][i]
+            what = f"half-closed {kind} #{i}: {status} got {got!r}, want {expected[kind][i]!r}"
+        s.close()
+        st.count("slow", ["slowloris", "trickled body", "endless chunked", "half-closed"][how])
+        if not ok:
+            st.fail(what)
+    except OSError as e:
+        st.count("slow", "connect-error")
+        st.fail(f"slow {how}: {e}")
+
+
 def do_misc(port, rng, st):
     r = rng.randrange(5)
     if r == 0:
@@ -296,14 +423,16 @@ def client(port, seed, deadline, st, expected):
     rng = random.Random(seed)
     while time.time() < deadline:
         r = rng.random()
-        if r < 0.45:
+        if r < 0.40:
             do_valid(port, rng, st, expected)
-        elif r < 0.65:
+        elif r < 0.58:
             do_malformed(port, rng, st)
-        elif r < 0.75:
+        elif r < 0.68:
             do_oversized(port, rng, st)
-        elif r < 0.90:
+        elif r < 0.82:
             do_disconnect(port, rng, st)
+        elif r < 0.92:
+            do_slow(port, rng, st, expected)
         else:
             do_misc(port, rng, st)
 
@@ -368,12 +497,13 @@ def main():
     rss_limit = int(rss_warm * float(slack[0]) + int(slack[1]))
     rss_ok = 0 < rss_after <= rss_limit and 0 < rss_final <= rss_limit
 
-    print(f"soak: {CELER} serve -m models/default -np 4 -c {CTX} --max-body {MAX_BODY}; "
+    print(f"soak: {CELER} serve -m models/default -np 4 -c {CTX} --max-body {MAX_BODY} --header-timeout {HEADER_TIMEOUT} "
+          f"--min-body-rate {MIN_BODY_RATE}; "
           f"{CLIENTS} clients, {soak_s:.0f} s (after a {WARMUP:.0f} s warm-up), seed {SEED}")
     print(f"prompts: {len(PROMPTS)} distinct, greedy answers recorded for chat, completions and /completion "
           f"({distinct} distinct completions)")
     print("\n| kind | sent | responses by status |\n|---|---:|---|")
-    for kind in ("valid", "malformed", "oversized", "disconnect", "misc"):
+    for kind in ("valid", "malformed", "oversized", "disconnect", "slow", "misc"):
         by = sorted((str(k[1]), v) for k, v in st.status.items() if k[0] == kind)
         label = {"disconnect": "how (0 idle, 1 half body, 2 after request, 3 mid-stream)"}.get(kind, "")
         print(f"| {kind} | {st.sent.get(kind, 0)} | " + ", ".join(f"{s}: {v}" for s, v in by) +
