@@ -19,22 +19,15 @@ static int describe_phi3(model *m, const json_t *j, const char *where) {
 
 /* Rows [r0, r0 + n) of w as a weight of its own, pointing into w's storage. */
 static weight row_view(const weight *w, int64_t r0, int64_t n) {
-    weight v = *w;
-    size_t code_row, scale_row = 0;
-    switch (w->fmt) {
-    case WF_F32: code_row = (size_t)w->cols * 4; break;
-    case WF_F16:
-    case WF_BF16: code_row = (size_t)w->cols * 2; break;
-    default: /* packed codes and one scale (and bias) per group */
-        code_row = (size_t)w->cols * (size_t)w->bits / 8;
-        scale_row = (size_t)(w->cols / w->group) * (w->fmt == WF_MXFP4 ? 1 : w->stype == SC_F32 ? 4 : 2);
-        break;
-    }
+    weight v = *w, one = *w;
+    one.rows = 1; /* weight_sizes of one row: the strides of every array */
+    size_t code_row, scale_row, bias_row;
+    weight_sizes(&one, &code_row, &scale_row, &bias_row);
     v.rows = n;
     v.data = (const char *)w->data + (size_t)r0 * code_row;
     if (w->scales) v.scales = (const char *)w->scales + (size_t)r0 * scale_row;
-    if (w->biases) v.biases = (const char *)w->biases + (size_t)r0 * scale_row;
-    v.nbytes = (size_t)n * (code_row + (w->biases ? 2 : 1) * scale_row);
+    if (w->biases) v.biases = (const char *)w->biases + (size_t)r0 * bias_row;
+    v.nbytes = (size_t)n * (code_row + (w->scales ? scale_row : 0) + (w->biases ? bias_row : 0));
     return v;
 }
 

@@ -302,25 +302,25 @@ static int authorized(srv *s, struct MHD_Connection *c) {
 
 static int max_concurrent(const srv *s) { return s->cfg.max_concurrent > 0 ? s->cfg.max_concurrent : CELER_SERVE_MAX_CONCURRENT; }
 
-static int is(const char *url, const char *a, const char *b) { return strcmp(url, a) == 0 || (b && strcmp(url, b) == 0); }
-
 /* Paths that need no key. */
-static int is_public(const char *url) { return is(url, "/health", "/v1/health") || is(url, "/v1/models", "/models"); }
+static int is_public(const char *url) {
+    const srv_endpoint *e = srv_endpoint_find(url);
+    return e && e->public;
+}
 
 /* Reserves what parsing the body may cost; answers 413 (over the request's budget) or
  * 503 (over --requests-ram) and returns 0 when it cannot. */
 static int reserve_parse(srv *s, struct MHD_Connection *c, conn_ctx *cc, enum MHD_Result *rc);
 
 static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, const char *method, conn_ctx *cc) {
-    int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    const srv_endpoint *e = srv_endpoint_find(url);
     int ready = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE);
-    if (is(url, "/health", "/v1/health")) {
-        if (!get) return reply_error(s, c, 405, "use GET", NULL);
+    if (e && e->kind == SRV_EP_HEALTH) {
+        if (strcmp(method, e->method) != 0) return reply_error(s, c, 405, "use GET", NULL);
         if (!ready) return reply_error(s, c, 503, "Loading model", NULL);
         return reply(s, c, 200, JSON, strdup("{\"status\":\"ok\"}"));
     }
-    int public = is_public(url);
-    if (!public && !authorized(s, c))
+    if (!(e && e->public) && !authorized(s, c))
         return reply_error(s, c, 401, "Invalid API key: send 'Authorization: Bearer KEY' (or 'X-Api-Key: KEY')", NULL);
     if (cc->too_many) {
         char m[128];
@@ -333,40 +333,28 @@ static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, 
         snprintf(m, sizeof m, "the request body exceeds %zu bytes (--max-body)", s->cfg.max_body);
         return reply_error(s, c, 413, m, NULL);
     }
-    int kind = is(url, "/v1/chat/completions", "/chat/completions") ? SRV_CHAT
-               : is(url, "/v1/completions", "/completions")         ? SRV_COMPLETION
-               : is(url, "/completion", NULL)                        ? SRV_NATIVE
-                                                                     : 0;
-    int known = kind || public || is(url, "/metrics", NULL) || is(url, "/tokenize", "/detokenize");
-    if (!known) return reply_error(s, c, 404, "no such endpoint", NULL);
+    if (!e) return reply_error(s, c, 404, "no such endpoint", NULL);
     if (!ready) return reply_error(s, c, 503, "Loading model", NULL);
-    if (public || is(url, "/metrics", NULL)) {
-        if (!get) return reply_error(s, c, 405, "use GET", NULL);
-        if (public) return reply(s, c, 200, JSON, openai_models_json(s));
-        if (!s->cfg.metrics) return reply_error(s, c, 501, "metrics are off: start the server with --metrics", NULL);
-        if (!s->sched) return reply_error(s, c, 503, "Loading model", NULL);
-        srv_sched_stats st;
-        srv_sched_get_stats(s->sched, &st);
-        return reply(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", srv_metrics_render(s->metrics, &st));
+    if (strcmp(method, e->method) != 0)
+        return reply_error(s, c, 405, strcmp(e->method, "GET") == 0 ? "use GET" : "use POST", NULL);
+    int post = strcmp(e->method, "POST") == 0;
+    if (post) {
+        enum MHD_Result rrc;
+        if (!reserve_parse(s, c, cc, &rrc)) return rrc;
     }
-    if (!post) return reply_error(s, c, 405, "use POST", NULL);
-    enum MHD_Result rrc;
-    if (!reserve_parse(s, c, cc, &rrc)) return rrc;
-    const char *body = cc->body.p ? cc->body.p : "";
-    int status = 200;
-    if (is(url, "/tokenize", NULL)) {
-        char *out = openai_tokenize_json(s, body, cc->body.len, &status);
-        return reply(s, c, status, JSON, out);
-    }
-    if (is(url, "/detokenize", NULL)) {
-        char *out = openai_detokenize_json(s, body, cc->body.len, &status);
-        return reply(s, c, status, JSON, out);
+    const char *body = post ? (cc->body.p ? cc->body.p : "") : NULL;
+    size_t len = post ? cc->body.len : 0;
+    if (e->kind == SRV_EP_HANDLER) {
+        int status = 200;
+        const char *ctype = JSON;
+        char *out = e->handler(s, body, len, &status, &ctype);
+        return reply(s, c, status, ctype, out);
     }
     if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE)) return reply_error(s, c, 503, "the server is shutting down", NULL);
     if (!s->sched) return reply_error(s, c, 503, "Loading model", NULL); /* a server without a model (fuzz/) */
     __atomic_add_fetch(&s->active, 1, __ATOMIC_ACQ_REL);
     cc->counted = 1;
-    return generate(s, c, kind, cc);
+    return generate(s, c, e->generation, cc);
 }
 
 static int reserve_parse(srv *s, struct MHD_Connection *c, conn_ctx *cc, enum MHD_Result *rc) {

@@ -265,6 +265,25 @@ char *openai_models_json(srv *s);
 char *openai_tokenize_json(srv *s, const char *body, size_t len, int *status);
 char *openai_detokenize_json(srv *s, const char *body, size_t len, int *status);
 
+/* ---- the endpoint table (endpoints.c) ---- */
+enum { SRV_EP_HEALTH = 1, SRV_EP_HANDLER, SRV_EP_GENERATE };
+
+/* Answers one request: returns the body (NULL: out of memory) and may set *status
+ * (200 when left alone) and *ctype (JSON when left alone). body is NULL for GET. */
+typedef char *(*srv_handler)(srv *s, const char *body, size_t len, int *status, const char **ctype);
+
+typedef struct {
+    const char *path, *alias;   /* alias: a second path, or NULL */
+    const char *method;         /* "GET" or "POST" */
+    int public;                 /* answered without the API key */
+    int kind;                   /* SRV_EP_* */
+    int generation;             /* SRV_EP_GENERATE: SRV_CHAT, SRV_COMPLETION or SRV_NATIVE */
+    srv_handler handler;        /* SRV_EP_HANDLER */
+} srv_endpoint;
+
+/* The endpoint serving path, or NULL. */
+const srv_endpoint *srv_endpoint_find(const char *path);
+
 /* sse.c: a growing byte buffer, and SSE framing. */
 int srv_buf_add(srv_buf *b, const char *data, size_t n);
 /* Appends "data: <json>\n\n". */

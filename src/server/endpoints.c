@@ -1,0 +1,58 @@
+/* server/endpoints.c: the table of HTTP endpoints `celer serve` answers: each one's
+ * path (and alias), method, whether it needs the API key, and what answers it (a
+ * handler returning the body, or the generation path). http.c looks requests up here
+ * and applies the checks every endpoint shares (key, limits, readiness, method).
+ * Adding an endpoint: its handler (here, or in its own file with one declaration
+ * below) and one row in the table (docs/howto.md, "Add an endpoint"). */
+#include <string.h>
+
+#include "server/server.h"
+
+static char *models(srv *s, const char *body, size_t len, int *status, const char **ctype) {
+    (void)body, (void)len, (void)status, (void)ctype;
+    return openai_models_json(s);
+}
+
+static char *metrics(srv *s, const char *body, size_t len, int *status, const char **ctype) {
+    (void)body, (void)len;
+    if (!s->cfg.metrics) {
+        *status = 501;
+        return openai_error_json(501, "metrics are off: start the server with --metrics", NULL);
+    }
+    if (!s->sched) {
+        *status = 503;
+        return openai_error_json(503, "Loading model", NULL);
+    }
+    srv_sched_stats st;
+    srv_sched_get_stats(s->sched, &st);
+    *ctype = "text/plain; version=0.0.4; charset=utf-8";
+    return srv_metrics_render(s->metrics, &st);
+}
+
+static char *tokenize(srv *s, const char *body, size_t len, int *status, const char **ctype) {
+    (void)ctype;
+    return openai_tokenize_json(s, body, len, status);
+}
+
+static char *detokenize(srv *s, const char *body, size_t len, int *status, const char **ctype) {
+    (void)ctype;
+    return openai_detokenize_json(s, body, len, status);
+}
+
+static const srv_endpoint table[] = {
+    /* path                   alias                method  public kind          generation      handler */
+    {"/health", "/v1/health", "GET", 1, SRV_EP_HEALTH, 0, NULL},
+    {"/v1/models", "/models", "GET", 1, SRV_EP_HANDLER, 0, models},
+    {"/metrics", NULL, "GET", 0, SRV_EP_HANDLER, 0, metrics},
+    {"/tokenize", NULL, "POST", 0, SRV_EP_HANDLER, 0, tokenize},
+    {"/detokenize", NULL, "POST", 0, SRV_EP_HANDLER, 0, detokenize},
+    {"/v1/chat/completions", "/chat/completions", "POST", 0, SRV_EP_GENERATE, SRV_CHAT, NULL},
+    {"/v1/completions", "/completions", "POST", 0, SRV_EP_GENERATE, SRV_COMPLETION, NULL},
+    {"/completion", NULL, "POST", 0, SRV_EP_GENERATE, SRV_NATIVE, NULL},
+};
+
+const srv_endpoint *srv_endpoint_find(const char *path) {
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(path, table[i].path) == 0 || (table[i].alias && strcmp(path, table[i].alias) == 0)) return &table[i];
+    return NULL;
+}
