@@ -15,13 +15,16 @@ rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   for t in "$NEW"/tests/cuda/test_cuda_kernels "$NEW"/tests/cuda/test_cuda_sample "CELER_DEVICE=cuda $NEW/tests/test_fixtures_models" \
            "$NEW"/tests/cuda/test_cuda_kv "$NEW"/tests/cuda/test_cuda_graph "$NEW"/tests/cuda/test_cuda_decode; do
+    [ -x "${t##* }" ] || { echo "== $t: not packed, skipped"; continue; }
     echo "== $t"; env $t > "$OUT/$(basename "${t##* }").log" 2>&1; r=$?
     tail -n 3 "$OUT/$(basename "${t##* }").log"; [ $r = 0 ] || { echo "FAILED: $t (exit $r)"; rc=1; }
   done
 fi
 [ -n "${SHAPES:-}" ] || SHAPES="qwen3-0.6b gemma3-4b llama3-8b"
 for s in $SHAPES; do
-  d=/tmp/synth-$s; [ -d "$d" ] || "$NEW/celer" synth --shape "$s" -o "$d" > /dev/null || { echo "synth $s failed"; rc=1; continue; }
+  # SHAPE-q4: the shape's MLX q4 checkpoint (celer synth --q4)
+  d=/tmp/synth-$s; q=; case $s in *-q4) q=--q4 ;; esac
+  [ -d "$d" ] || "$NEW/celer" synth --shape "${s%-q4}" $q -o "$d" > /dev/null || { echo "synth $s failed"; rc=1; continue; }
   for rep in 1 2; do
     for b in "$NEW" ${BASE:+"$BASE"}; do
       echo "== $s $b rep $rep"
