@@ -77,7 +77,10 @@ test: deps
 	@tests/run.sh $(B)
 
 # The README's run command: chat with the embedded default model (models/default).
-run: $(B)/celer
+# Installs missing Debian packages first (as `make test` does), then builds in a
+# second make so that the Makefile sees the headers just installed (EDITLINE).
+run: deps
+	@$(MAKE) --no-print-directory $(B)/celer SAN=$(SAN) BUILD=$(BUILD)
 	$(B)/celer run
 
 # Kernel micro-benchmarks (bench/*.c): `make bench`, then e.g. build/bench_mm -f q4 -t 2.

@@ -32,7 +32,7 @@ expect "default model missing" 1 "no such checkpoint directory" env CELER_DEFAUL
 out=$("$C" generate --tokens 0,301,359 -n 3 2>/dev/null)
 if [[ "$out" =~ ^[0-9]+,[0-9]+,[0-9]+$ ]]; then ok "generate without -m uses the default model"; else bad "default model: '$out'"; fi
 expect "both token sources" 2 "exactly one of --tokens" "$C" logits -m "$M" --tokens 1 --tokens-file x -o "$T/x"
-expect "bad token list" 1 "'x' is not a token id" "$C" generate -m "$M" --tokens 1,x
+expect "bad token list" 2 "'x' is not a token id" "$C" generate -m "$M" --tokens 1,x
 expect "token out of range" 1 "token id 512" "$C" generate -m "$M" --tokens 1,512
 expect "missing model dir" 1 "no such checkpoint directory" "$C" generate -m "$T/none" --tokens 1
 expect "unknown shape" 1 "unknown shape \"nope\"" "$C" synth --shape nope -o "$T/s"

@@ -22,7 +22,8 @@ else bad "--device cpu ($rc): '$a' vs auto '$b'"; fi
 
 for dev in bogus cuda:x cuda:-1 cudax; do
   out=$("$C" generate --device "$dev" --tokens 1,2 -n 1 2>&1); rc=$?
-  if [ $rc != 0 ] && grep -q "error: .*$dev" <<<"$out" && [ "$(wc -l <<<"$out")" = 1 ]; then ok "--device $dev: $out"
+  # a usage error: exit 2, its first line names the flag and the value
+  if [ $rc = 2 ] && head -1 <<<"$out" | grep -q "error: flag '--device' .*'$dev'"; then ok "--device $dev: $(head -1 <<<"$out")"
   else bad "--device $dev ($rc): $out"; fi
 done
 out=$(CELER_DEVICE=bogus "$C" generate --tokens 1,2 -n 1 2>&1); rc=$?

@@ -10,6 +10,58 @@
 
 #include "celer.h"
 
+/* Other tools' spellings (llama.cpp, mlx-lm) of a flag a command has under its own
+ * name: accepted where the command has the target flag and no flag of that spelling
+ * itself (serve's own --max-tokens is a server limit, not -n). -ngl's layer count
+ * becomes a device: 0 the CPU, N > 0 the GPU (celer runs a model on one device). */
+static const struct {
+    const char *lng, *shrt, *target, *meaning;
+} aliases[] = {
+    {"--max-tokens", NULL, "--n-predict", "= -n (mlx-lm)"},
+    {"--temperature", NULL, "--temp", "= --temp (mlx-lm)"},
+    {"--system-prompt", "-sys", "--system", "= --system (llama.cpp)"},
+    {"--n-gpu-layers", "-ngl", "--device", "N: 0 = --device cpu, N > 0 = --device cuda (llama.cpp)"},
+};
+
+/* llama.cpp flags with no celer counterpart. Where what they ask for is what celer
+ * always does (noop_in: "*" for every command, else the one command), they are
+ * accepted with a note; elsewhere they are a usage error whose message says what to
+ * do instead. arg: 0 a switch, 1 a value, 2 an optional on/off/auto. */
+static const struct {
+    const char *lng, *shrt;
+    int arg;
+    const char *noop_in, *note, *instead;
+} foreign[] = {
+    {"--flash-attn", "-fa", 2, "*", "flash attention is always on here; the flag is not needed", NULL},
+    {"--jinja", NULL, 0, "*", "chat templates are always the model's own Jinja template here; the flag is not needed", NULL},
+    {"--conversation", "-cnv", 0, "run", "celer run is always a conversation; the flag is not needed",
+     "a conversation is celer run (celer run [MODEL])"},
+    {"--no-conversation", "-no-cnv", 0, "generate", "celer generate answers once; the flag is not needed",
+     "one answer without a conversation is celer run -p TEXT or celer generate -p TEXT"},
+    {"--hf-repo", "-hf", 1, NULL, NULL, "give the hub name as the model (celer run ORG/NAME, or -m ORG/NAME)"},
+    {"--mlock", NULL, 0, NULL, NULL, "celer maps the weights and has no --mlock"},
+    {"--no-mmap", NULL, 0, NULL, NULL, "celer always maps the weights; there is no --no-mmap"},
+};
+
+static int find_opt(const args *a, const char *lng) {
+    for (int k = 0; k < a->n; k++)
+        if (strcmp(a->opts[k].lng, lng) == 0) return k;
+    return -1;
+}
+
+/* 1 when flag s (its name nlen bytes) is one of the command's own. */
+static int own_flag(const args *a, const char *s, size_t nlen) {
+    for (int k = 0; k < a->n; k++) {
+        const opt_spec *o = &a->opts[k];
+        if ((strlen(o->lng) == nlen && strncmp(o->lng, s, nlen) == 0) || (o->shrt && strcmp(o->shrt, s) == 0)) return 1;
+    }
+    return 0;
+}
+
+static int name_is(const char *s, size_t nlen, const char *lng, const char *shrt) {
+    return (strlen(lng) == nlen && strncmp(lng, s, nlen) == 0) || (shrt && strcmp(shrt, s) == 0);
+}
+
 static void print_help(const args *a) {
     printf("usage: celer %s %s\n\n%s\n\noptions:\n", a->cmd, a->usage, a->about);
     for (int i = 0; i < a->n; i++) {
@@ -19,6 +71,70 @@ static void print_help(const args *a) {
         printf("  %-28s %s\n", left, a->opts[i].help);
     }
     printf("  %-28s %s\n", "-h, --help", "show this help");
+    int any = 0;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+        int k = find_opt(a, aliases[i].target);
+        if (k < 0 || own_flag(a, aliases[i].lng, strlen(aliases[i].lng))) continue;
+        if (!any++) printf("\nother tools' spellings, accepted:\n");
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s %s", aliases[i].shrt ? aliases[i].shrt : "", aliases[i].shrt ? ", " : "",
+                 aliases[i].lng, k >= 0 && strcmp(aliases[i].target, "--device") == 0 ? "N" : a->opts[k].meta);
+        printf("  %-28s %s\n", left, aliases[i].meaning);
+    }
+    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+        if (!foreign[i].noop_in || (strcmp(foreign[i].noop_in, "*") != 0 && strcmp(foreign[i].noop_in, a->cmd) != 0)) continue;
+        if (!any++) printf("\nother tools' spellings, accepted:\n");
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s", foreign[i].shrt ? foreign[i].shrt : "", foreign[i].shrt ? ", " : "", foreign[i].lng);
+        printf("  %-28s %s\n", left, foreign[i].note);
+    }
+}
+
+/* Another tool's flag s (name nlen bytes) that the command does not have as its own:
+ * -1 when it is none of them; else 0 and the value stored or the flag skipped (*i
+ * advanced past a value), or 2 on a usage error (printed). */
+static int other_tools_flag(args *a, const char *s, size_t nlen, const char *eq, int argc, char **argv, int *i) {
+    for (size_t j = 0; j < sizeof aliases / sizeof aliases[0]; j++) {
+        if (!name_is(s, nlen, aliases[j].lng, aliases[j].shrt)) continue;
+        int k = find_opt(a, aliases[j].target);
+        if (k < 0) return -1; /* the command has nothing it could mean */
+        const char *v = eq && nlen != strlen(s) ? eq + 1 : *i + 1 < argc ? argv[++*i] : NULL;
+        if (!v) {
+            args_usage_error(a, "flag '%s' needs a value", s);
+            return 2;
+        }
+        if (strcmp(aliases[j].target, "--device") == 0) { /* -ngl N: a layer count, as a device */
+            char *end;
+            errno = 0;
+            long n = strtol(v, &end, 10);
+            if (strcmp(v, "all") == 0) n = 1, end = (char *)v + strlen(v);
+            else if (strcmp(v, "auto") == 0) n = -1, end = (char *)v + strlen(v);
+            if (errno || end == v || *end || n < -1) {
+                args_usage_error(a, "flag '%.*s' wants a layer count (0: the CPU, N > 0: the GPU), got '%s'", (int)nlen, s, v);
+                return 2;
+            }
+            v = n == 0 ? "cpu" : n > 0 ? "cuda" : "auto";
+        }
+        a->val[k] = v;
+        return 0;
+    }
+    for (size_t j = 0; j < sizeof foreign / sizeof foreign[0]; j++) {
+        if (!name_is(s, nlen, foreign[j].lng, foreign[j].shrt)) continue;
+        int noop = foreign[j].noop_in && (strcmp(foreign[j].noop_in, "*") == 0 || strcmp(foreign[j].noop_in, a->cmd) == 0);
+        if (!noop) {
+            args_usage_error(a, "%.*s: %s", (int)nlen, s, foreign[j].instead);
+            return 2;
+        }
+        if (!eq || nlen == strlen(s)) { /* skip the value it takes */
+            if (foreign[j].arg == 1 && *i + 1 < argc) ++*i;
+            else if (foreign[j].arg == 2 && *i + 1 < argc &&
+                     (strcmp(argv[*i + 1], "on") == 0 || strcmp(argv[*i + 1], "off") == 0 || strcmp(argv[*i + 1], "auto") == 0))
+                ++*i;
+        }
+        fprintf(stderr, "celer %s: %.*s: %s\n", a->cmd, (int)nlen, s, foreign[j].note);
+        return 0;
+    }
+    return -1;
 }
 
 void args_usage_error(const args *a, const char *fmt, ...) {
@@ -46,6 +162,11 @@ int args_parse(args *a, int argc, char **argv) {
             if ((strlen(o->lng) == nlen && strncmp(o->lng, s, nlen) == 0) ||
                 (o->shrt && strcmp(o->shrt, s) == 0))
                 break;
+        }
+        if (k == a->n && s[0] == '-') {
+            int r = other_tools_flag(a, s, nlen, eq, argc, argv, &i);
+            if (r == 0) continue;
+            if (r == 2) return 2;
         }
         if (k == a->n) {
             if (s[0] == '-') args_usage_error(a, "unknown flag '%s'", s);

@@ -99,7 +99,7 @@ int cmd_bench(int argc, char **argv) {
               opts, 8, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    cli_set_device(args_get(&a, "--device"));
+    if (cli_device_flag(&a)) return 2;
     char defbuf[PATH_MAX];
     const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *fmt = args_get(&a, "--output");
     if (!dir) return 2;

@@ -20,7 +20,7 @@ static const opt_spec opts[] = {
     {"--load-cache", NULL, "FILE", "start from a cache file written by --save-cache"},
     {"--save-cache", NULL, "FILE", "write the cache (tokens, rows, last logits) at the end"},
     {"--output", "-o", "OUT", "write the logits of the evaluated tokens [T, vocab] (float32)"},
-    {"--n-predict", "-n", "N", "then generate N tokens greedily and print their ids"},
+    {"--n-predict", "-n", "N", "then generate up to N tokens greedily and print their ids (ends after end-of-sequence)"},
     {"--chunk", NULL, "N", "feed N tokens per forward (default 512)"},
     {"--ctx-size", "-c", "N", "context size (default: the model's limit)"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
@@ -32,7 +32,7 @@ int cmd_cache(int argc, char **argv) {
               "Evaluates tokens in a session that starts from a cache file and/or ends by writing one.", opts, 11, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    cli_set_device(args_get(&a, "--device"));
+    if (cli_device_flag(&a)) return 2;
     char defbuf[PATH_MAX];
     const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file");
     if (!dir) return 2;
@@ -46,7 +46,8 @@ int cmd_cache(int argc, char **argv) {
     if (!load && !tl && !tf) { args_usage_error(&a, "nothing to do: give tokens or --load-cache"); return 2; }
     int n = 0;
     int32_t *tok = NULL;
-    if ((tl || tf) && !(tok = tl ? parse_token_list(tl, &n, "--tokens") : read_token_file(tf, &n))) return 1;
+    if ((tl || tf) && !(tok = tl ? parse_token_list(tl, &n, "--tokens") : read_token_file(tf, &n)))
+        return tl ? 2 : 1; /* a bad --tokens list is a usage error */
     celer_model *m = cli_model_open("cache", dir, (int)threads, 0);
     if (!m) {
         cli_error("cache", "%s", celer_last_error());
@@ -74,6 +75,7 @@ int cmd_cache(int argc, char **argv) {
         for (long i = 0; i < n_gen; i++) {
             int32_t t = celer_session_argmax(s);
             printf("%s%d", i ? "," : "", t);
+            if (t == info.eos_token) break; /* as generate: the end-of-sequence id is the last one printed */
             if (i + 1 < n_gen && celer_session_eval(s, &t, 1, NULL, 0) != 0) {
                 printf("\n");
                 cli_error("cache", "%s", celer_last_error());

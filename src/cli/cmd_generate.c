@@ -23,14 +23,16 @@ static const opt_spec opts[] = {
     {"--tokens", NULL, "LIST", "prompt token ids, comma separated"},
     {"--tokens-file", NULL, "FILE", "read prompt token ids from FILE"},
     {"--prompt", "-p", "TEXT", "prompt text (tokenized with the checkpoint's tokenizer); prints text"},
-    {"--n-predict", "-n", "N", "tokens to generate (default 32)"},
-    {"--ctx-size", "-c", "N", "context size (default: prompt + N)"},
+    {"--file", "-f", "FILE", "prompt text read from FILE (as -p)"},
+    {"--n-predict", "-n", "N", "tokens to generate (default 32; 0: none; -1: until end-of-sequence or the context is full)"},
+    {"--ctx-size", "-c", "N", "context size (default: prompt + N; with -n -1 the model's, at most 4096)"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
     {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
     {"--ignore-eos", NULL, NULL, "keep generating after the end-of-sequence token"},
     {"--stop-token", NULL, "LIST", "token ids that end generation (besides end-of-sequence)"},
     {"--stop", NULL, "TEXT", "with -p or --chat: stop when the text contains TEXT (not printed)"},
     {"--chat", NULL, "MESSAGE", "a user message, rendered with the checkpoint's chat template; prints text"},
+    {"--system", NULL, "TEXT", "with --chat: a system message before it"},
     {"--parse-special-in-content", NULL, NULL, "with --chat: special tokens written in the message are control tokens (transformers' behaviour; default: text)"},
     {"--load-cache", NULL, "FILE", "start from a KV cache file (celer logits/cache --save-cache)"},
     {"--save-cache", NULL, "FILE", "write the KV cache after generating to FILE"},
@@ -44,28 +46,32 @@ static double now(void) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    args a = {"generate", "[-m DIR] (--tokens LIST | --tokens-file F | -p TEXT | --chat MESSAGE) [-n N] [--temp F ...]",
+    args a = {"generate", "[-m DIR] (--tokens LIST | --tokens-file F | -p TEXT | -f FILE | --chat MESSAGE [--system TEXT]) [-n N] [--temp F ...]",
               "Generates tokens (greedy unless --temp > 0) and prints the generated token ids, or the text with -p.",
               opts, (int)(sizeof opts / sizeof opts[0]), {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    cli_set_device(args_get(&a, "--device"));
+    if (cli_device_flag(&a)) return 2;
     char defbuf[PATH_MAX];
     const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf);
     if (!dir) return 2;
     const char *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file"), *text = args_get(&a, "--prompt");
     const char *chat = args_get(&a, "--chat"), *load = args_get(&a, "--load-cache"), *save = args_get(&a, "--save-cache");
     const char *stops = args_get(&a, "--stop-token"), *stop_text = args_get(&a, "--stop");
+    const char *file = args_get(&a, "--file"), *sys = args_get(&a, "--system");
     long n_gen, ctx, threads;
-    if (args_int(&a, "--n-predict", 32, 0, 1 << 24, &n_gen) || args_int(&a, "--ctx-size", 0, 1, 1 << 24, &ctx) ||
+    if (args_int(&a, "--n-predict", 32, -1, 1 << 24, &n_gen) || args_int(&a, "--ctx-size", 0, 1, 1 << 24, &ctx) ||
         args_int(&a, "--threads", 0, 1, 1024, &threads))
         return 2;
-    if (stop_text && !text && !chat) { args_usage_error(&a, "--stop needs a text prompt (-p or --chat)"); return 2; }
-    if ((tl != NULL) + (tf != NULL) + (text != NULL) + (chat != NULL) != 1) {
-        args_usage_error(&a, "give exactly one of --tokens, --tokens-file, -p and --chat");
+    if (stop_text && !text && !file && !chat) { args_usage_error(&a, "--stop needs a text prompt (-p, -f or --chat)"); return 2; }
+    if (sys && !chat) { args_usage_error(&a, "--system needs --chat (a system message goes before a chat message)"); return 2; }
+    if ((tl != NULL) + (tf != NULL) + (text != NULL) + (file != NULL) + (chat != NULL) != 1) {
+        args_usage_error(&a, "give exactly one of --tokens, --tokens-file, -p, -f and --chat");
         return 2;
     }
-    int n = 0, n_stop = 0, status = 1;
+    char *file_text = NULL; /* -f's contents */
+    if (file && !(text = file_text = cli_read_file("generate", file))) return 1;
+    int n = 0, n_stop = 0, status = 1, cap = 0;
     int32_t *tok = NULL, *stop = NULL, *out = NULL;
     celer_tokenizer *tk = NULL;
     celer_textstream *ts = NULL;
@@ -77,6 +83,7 @@ int cmd_generate(int argc, char **argv) {
         if (chat && (tk = celer_tokenizer_open(dir))) {
             /* one user turn through the template; the template writes BOS itself */
             json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", chat);
+            if (msgs && sys) json_array_insert_new(msgs, 0, json_pack("{s:s,s:s}", "role", "system", "content", sys));
             char *mj = msgs ? json_dumps(msgs, JSON_COMPACT) : NULL;
             json_decref(msgs);
             celer_chat_request rq = {mj, NULL, NULL, 1, args_get(&a, "--parse-special-in-content") != NULL};
@@ -97,13 +104,18 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
     } else if (!(tok = tl ? parse_token_list(tl, &n, "--tokens") : read_token_file(tf, &n))) {
+        if (tl) status = 2; /* a bad --tokens list is a usage error */
         goto done;
     }
-    if (stops && !(stop = parse_token_list(stops, &n_stop, "--stop-token"))) goto done;
-    int ctx_size = ctx ? (int)ctx : load ? 0 : n + (int)n_gen; /* 0: the model's limit */
+    if (stops && !(stop = parse_token_list(stops, &n_stop, "--stop-token"))) {
+        status = 2;
+        goto done;
+    }
+    /* 0: the model's limit, and with -n -1 (no limit) the model's at most 4096, as in run and serve */
+    int ctx_size = ctx ? (int)ctx : load || n_gen < 0 ? 0 : n + (int)n_gen;
     celer_sampler_params sp;
     uint64_t seed;
-    if (cli_sampling_params(&a, 0.0f, ctx_size ? ctx_size : n + (int)n_gen, &sp, &seed)) {
+    if (cli_sampling_params(&a, 0.0f, ctx_size ? ctx_size : n_gen < 0 ? 4096 : n + (int)n_gen, &sp, &seed)) {
         status = 2;
         goto done;
     }
@@ -115,10 +127,7 @@ int cmd_generate(int argc, char **argv) {
     }
     celer_model_info info;
     celer_model_get_info(m, &info);
-    if (!(out = malloc((size_t)(n_gen ? n_gen : 1) * sizeof *out))) {
-        cli_error("generate", "out of memory");
-        goto done;
-    }
+    if (n_gen < 0 && !ctx && !load) ctx_size = info.max_context > 0 && info.max_context < 4096 ? info.max_context : 4096;
     if (!(smp = celer_sampler_new(&sp, info.vocab_size)) || !(s = celer_session_new(m, ctx_size, 512)) ||
         (load && celer_session_load_cache(s, load) != 0)) {
         cli_error("generate", "%s", celer_last_error());
@@ -138,7 +147,17 @@ int cmd_generate(int argc, char **argv) {
     while (!finish) {
         const celer_gen_event *ev;
         if (celer_gen_step(g, &ev) <= 0) break;
-        if (ev->token >= 0) out[k++] = ev->token;
+        if (ev->token >= 0) {
+            if (k == cap) { /* grows: with -n -1 the count is not known ahead */
+                int32_t *o = realloc(out, (size_t)(cap = cap ? cap * 2 : 64) * sizeof *out);
+                if (!o) {
+                    cli_error("generate", "out of memory");
+                    goto done;
+                }
+                out = o;
+            }
+            out[k++] = ev->token;
+        }
         if (ts && ev->text_len) {
             fwrite(ev->text, 1, ev->text_len, stdout);
             fflush(stdout);
@@ -171,6 +190,7 @@ done:
     celer_textstream_free(ts);
     celer_tokenizer_free(tk);
     free(out);
+    free(file_text);
     free(stop);
     free(tok);
     return status;

@@ -51,7 +51,7 @@ int cmd_arch(int argc, char **argv) {
 
 static const opt_spec inspect_opts[] = {
     {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
-    {"--ctx-size", "-c", "N", "context for the KV figures (default: the model's max context)"},
+    {"--ctx-size", "-c", "N", "context for the KV figures (default: the model's max context, at most 4096, as run and serve use)"},
     {"--memory", NULL, "SIZE", "compare with SIZE bytes (suffix K, M, G, T: powers of 1024) instead of MemAvailable"},
 };
 
@@ -144,7 +144,9 @@ int cmd_inspect(int argc, char **argv) {
     celer_kv_info kv;
     celer_model_get_info(m, &in);
     celer_model_weights_info(m, &w);
-    celer_model_kv_info(m, (int)ctx, &kv);
+    /* the context run and serve give a model by default: its own, at most 4096 */
+    int ctx_used = ctx ? (int)ctx : in.max_context > 0 && in.max_context < 4096 ? in.max_context : 4096;
+    celer_model_kv_info(m, ctx_used, &kv);
     int nf;
     const celer_family *fams = celer_families(&nf);
     const char *title = in.family;
@@ -173,6 +175,9 @@ int cmd_inspect(int argc, char **argv) {
     if (kv.rotating_layers) printf(" (until the window of %d fills)", kv.window);
     if (kv.shared_layers) printf(", %d layers reading another's cache", kv.shared_layers);
     printf("\n");
+    printf("context:        %d (%s)\n", kv.ctx,
+           ctx ? "given by -c" : kv.ctx == in.max_context ? "the model's max context, as run and serve use by default"
+                                                          : "as run and serve use by default: the model's max context, at most 4096; -c to change");
     uint64_t kv_total = celer_model_kv_bytes(m, kv.ctx); /* = dense + rotating */
     char key[32];
     snprintf(key, sizeof key, "kv at %d:", kv.ctx);

@@ -28,7 +28,7 @@ int cmd_logits(int argc, char **argv) {
               "Runs the tokens through the model and writes logits [T, vocab] (float32).", opts, 10, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    cli_set_device(args_get(&a, "--device"));
+    if (cli_device_flag(&a)) return 2;
     char defbuf[PATH_MAX];
     const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *out = args_get(&a, "--output");
     if (!dir) return 2;
@@ -42,7 +42,7 @@ int cmd_logits(int argc, char **argv) {
     if (!tl == !tf) { args_usage_error(&a, "give exactly one of --tokens and --tokens-file"); return 2; }
     int n = 0;
     int32_t *tok = tl ? parse_token_list(tl, &n, "--tokens") : read_token_file(tf, &n);
-    if (!tok) return 1;
+    if (!tok) return tl ? 2 : 1; /* a bad --tokens list is a usage error */
     celer_model *m = cli_model_open("logits", dir, (int)threads, 0);
     if (!m) {
         cli_error("logits", "%s", celer_last_error());

@@ -36,9 +36,10 @@
 static const opt_spec opts[] = {
     {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
     {"--prompt", "-p", "TEXT", "answer TEXT once and exit (standard input is not read)"},
+    {"--file", "-f", "FILE", "answer the text of FILE once and exit (as -p)"},
     {"--system", NULL, "TEXT", "system prompt"},
     {"--stop", NULL, "TEXT", "end an answer where its text contains TEXT"},
-    {"--n-predict", "-n", "N", "most tokens per answer (default: until end of turn or context)"},
+    {"--n-predict", "-n", "N", "most tokens per answer (default -1: until end of turn or the context is full; 0: none)"},
     {"--ctx-size", "-c", "N", "context size in tokens (default: the model's, at most 4096)"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
     {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
@@ -157,7 +158,7 @@ static int chat_turn(chat *c, const char *user) {
     celer_textstream *ts = celer_textstream_new(c->tk, 1, &c->stop_text, c->stop_text ? 1 : 0);
     celer_gen *g = ts ? celer_gen_new(c->m, 0) : NULL;
     celer_gen_seq q = {.session = c->s, .sampler = c->smp, .prompt = ids + keep, .n_prompt = n - keep,
-                       .max_tokens = c->n_predict > 0 ? c->n_predict : -1, .stop_token = c->eos[0], .text = ts};
+                       .max_tokens = c->n_predict, /* < 0: no limit */ .stop_token = c->eos[0], .text = ts};
     int id = g ? celer_gen_add(g, &q) : -1;
     if (id < 0) {
         cli_error("run", "%s", celer_last_error());
@@ -463,7 +464,7 @@ static int handle_command(chat *c, const char *line) {
 /* ---------------------------------------------------------------- entry */
 
 int cmd_run(int argc, char **argv) {
-    args a = {"run", "[MODEL_DIR] [-p TEXT] [--system TEXT] [-n N] [--temp F ...]",
+    args a = {"run", "[MODEL_DIR] [-p TEXT | -f FILE] [--system TEXT] [-n N] [--temp F ...]",
               "Chats with a model (the embedded default model when none is given). At a terminal: "
 #ifdef CELER_HAVE_EDITLINE
               "line editing (emacs keys, ~/.editrc) and history kept in $HOME/.celer_history; "
@@ -478,7 +479,7 @@ int cmd_run(int argc, char **argv) {
     }
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    cli_set_device(args_get(&a, "--device"));
+    if (cli_device_flag(&a)) return 2;
     long n_pred, ctx, threads;
     if (args_int(&a, "--n-predict", -1, -1, 1 << 24, &n_pred) || args_int(&a, "--ctx-size", 0, 16, 1 << 24, &ctx) ||
         args_int(&a, "--threads", 0, 1, 1024, &threads))
@@ -504,7 +505,17 @@ int cmd_run(int argc, char **argv) {
     }
     char hubbuf[PATH_MAX + 64]; /* a hub name's snapshot directory; on a terminal, offers to pull it */
     if (!(dir = cli_model_resolve("run", dir, hubbuf, sizeof hubbuf, 1))) return 1;
-    const char *prompt = args_get(&a, "--prompt"), *sys = args_get(&a, "--system");
+    const char *prompt = args_get(&a, "--prompt"), *sys = args_get(&a, "--system"), *file = args_get(&a, "--file");
+    if (prompt && file) {
+        args_usage_error(&a, "give -p or -f, not both");
+        return 2;
+    }
+    char *file_text = NULL; /* -f's contents: the one message */
+    if (file && !(prompt = file_text = cli_read_file("run", file))) return 1;
+    if (file_text) { /* a file's last newline ends the message, not part of it */
+        size_t fl = strlen(file_text);
+        while (fl && (file_text[fl - 1] == '\n' || file_text[fl - 1] == '\r')) file_text[--fl] = '\0';
+    }
     int status = 1;
     /* The model's worker threads start with SIGINT blocked, so Ctrl-C always
      * reaches this thread (and interrupts its wait at the prompt). */
@@ -568,6 +579,7 @@ int cmd_run(int argc, char **argv) {
     }
     editor_end(&ed);
 done:
+    free(file_text);
     json_decref(c.msgs);
     free(c.system);
     free(c.hist);

@@ -86,7 +86,7 @@ int cmd_serve(int argc, char **argv) {
               opts, (int)(sizeof opts / sizeof opts[0]), {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    cli_set_device(args_get(&a, "--device"));
+    if (cli_device_flag(&a)) return 2;
     apply_env(&a);
     long port, ctx, np, npred, threads, batch, cache_mib, queue, max_body, max_prompt, max_tokens, max_conc, timeout;
     long header_to, body_rate, req_ram;

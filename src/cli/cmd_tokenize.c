@@ -14,17 +14,19 @@
 #include "cli/default_model.h"
 #include "tokenizer/tjson.h"
 
-static const char *tokenizer_dir(const args *a) {
+/* The tokenizer's directory: --tokenizer, else --model, else the default model, as
+ * for the other commands (buf: n >= PATH_MAX bytes). NULL after a usage error. */
+static const char *tokenizer_dir(const args *a, char *buf, size_t n) {
     const char *d = args_get(a, "--tokenizer");
-    return d ? d : args_get(a, "--model");
+    if (!d) d = args_get(a, "--model");
+    if (!d) d = cli_default_model(buf, n);
+    if (!d)
+        args_usage_error(a, "missing --tokenizer DIR (or -m DIR), and the default model (models/default) is not "
+                            "there: give -m DIR, or set CELER_DEFAULT_MODEL to a checkpoint directory");
+    return d;
 }
 
-static celer_tokenizer *open_tokenizer(const args *a) {
-    const char *dir = tokenizer_dir(a);
-    if (!dir) {
-        args_usage_error(a, "missing --tokenizer DIR (or -m DIR)");
-        return NULL;
-    }
+static celer_tokenizer *open_tokenizer(const args *a, const char *dir) {
     char hubbuf[PATH_MAX + 64]; /* a hub name's snapshot in the Hugging Face cache */
     if (!(dir = cli_model_resolve(a->cmd, dir, hubbuf, sizeof hubbuf, 0))) return NULL;
     celer_tokenizer *t = celer_tokenizer_open(dir);
@@ -69,20 +71,22 @@ static int blank(const char *s, size_t n) {
 }
 
 static const opt_spec tok_opts[] = {
-    {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory (tokenizer.json, tokenizer_config.json)"},
+    {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory (tokenizer.json, tokenizer_config.json; default: the embedded default model)"},
     {"--model", NULL, "DIR", "same as --tokenizer"},
     {"--special", NULL, NULL, "add BOS/EOS as the tokenizer config says (transformers' default)"},
     {"--text", NULL, "STR", "tokenize this one string instead of reading standard input"},
 };
 
 int cmd_tokenize(int argc, char **argv) {
-    args a = {"tokenize", "--tokenizer DIR [--special] [--text STR]",
+    args a = {"tokenize", "[--tokenizer DIR] [--special] [--text STR]",
               "Reads one JSON string per line on standard input and prints one JSON array of token ids per line.",
               tok_opts, 4, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    if (!tokenizer_dir(&a)) { args_usage_error(&a, "missing --tokenizer DIR (or -m DIR)"); return 2; }
-    celer_tokenizer *t = open_tokenizer(&a);
+    char defbuf[PATH_MAX + 64];
+    const char *dir = tokenizer_dir(&a, defbuf, sizeof defbuf);
+    if (!dir) return 2;
+    celer_tokenizer *t = open_tokenizer(&a, dir);
     if (!t) return 1;
     int special = args_get(&a, "--special") != NULL, status = 0;
     const char *text = args_get(&a, "--text");
@@ -105,7 +109,12 @@ int cmd_tokenize(int argc, char **argv) {
         char where[64];
         snprintf(where, sizeof where, "stdin line %ld", lineno);
         tj_doc *d = tj_parse(line, (size_t)len, where);
-        if (!d) { cli_error(a.cmd, "%s", celer_last_error()); status = 1; break; }
+        if (!d) { /* plain text piped in: say what a line should be */
+            cli_error(a.cmd, "%s (each line is one JSON string, like \"Hello\"; --text STR takes plain text)",
+                      celer_last_error());
+            status = 1;
+            break;
+        }
         const tj_val *v = tj_root(d);
         if (v->type != TJ_STR) {
             cli_error(a.cmd, "%s: want a JSON string, like \"Hello\"", where);
@@ -125,19 +134,21 @@ int cmd_tokenize(int argc, char **argv) {
 }
 
 static const opt_spec detok_opts[] = {
-    {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory"},
+    {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory (default: the embedded default model)"},
     {"--model", NULL, "DIR", "same as --tokenizer"},
     {"--skip-special", NULL, NULL, "leave special tokens (BOS, EOS, ...) out of the text"},
 };
 
 int cmd_detokenize(int argc, char **argv) {
-    args a = {"detokenize", "--tokenizer DIR [--skip-special]",
+    args a = {"detokenize", "[--tokenizer DIR] [--skip-special]",
               "Reads one JSON array of token ids per line on standard input and prints one JSON string per line.",
               detok_opts, 3, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    if (!tokenizer_dir(&a)) { args_usage_error(&a, "missing --tokenizer DIR (or -m DIR)"); return 2; }
-    celer_tokenizer *t = open_tokenizer(&a);
+    char defbuf[PATH_MAX + 64];
+    const char *dir = tokenizer_dir(&a, defbuf, sizeof defbuf);
+    if (!dir) return 2;
+    celer_tokenizer *t = open_tokenizer(&a, dir);
     if (!t) return 1;
     int skip = args_get(&a, "--skip-special") != NULL, status = 0;
     char *line = NULL;
@@ -151,7 +162,11 @@ int cmd_detokenize(int argc, char **argv) {
         char where[64];
         snprintf(where, sizeof where, "stdin line %ld", lineno);
         tj_doc *d = tj_parse(line, (size_t)len, where);
-        if (!d) { cli_error(a.cmd, "%s", celer_last_error()); status = 1; break; }
+        if (!d) {
+            cli_error(a.cmd, "%s (each line is one JSON array of token ids, like [1, 2, 3])", celer_last_error());
+            status = 1;
+            break;
+        }
         const tj_val *v = tj_root(d);
         int bad = v->type != TJ_ARR;
         free(ids);
@@ -183,7 +198,7 @@ int cmd_detokenize(int argc, char **argv) {
 }
 
 static const opt_spec chat_opts[] = {
-    {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory (its chat template)"},
+    {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory (its chat template; default: the embedded default model)"},
     {"--model", NULL, "DIR", "same as --tokenizer"},
     {"--messages", NULL, "FILE", "JSON array of {\"role\", \"content\"} messages"},
     {"--tools", NULL, "FILE", "JSON array of tool definitions"},
@@ -192,12 +207,14 @@ static const opt_spec chat_opts[] = {
 };
 
 int cmd_chat_template(int argc, char **argv) {
-    args a = {"chat-template", "--tokenizer DIR --messages FILE.json [--add-generation-prompt] [--tools FILE.json]",
+    args a = {"chat-template", "[--tokenizer DIR] --messages FILE.json [--add-generation-prompt] [--tools FILE.json]",
               "Renders the tokenizer's chat template and prints the prompt exactly (no newline added).", chat_opts, 6,
               {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    if (!tokenizer_dir(&a)) { args_usage_error(&a, "missing --tokenizer DIR (or -m DIR)"); return 2; }
+    char defbuf[PATH_MAX + 64];
+    const char *dir = tokenizer_dir(&a, defbuf, sizeof defbuf);
+    if (!dir) return 2;
     const char *mf = args_get(&a, "--messages"), *tf = args_get(&a, "--tools");
     if (!mf) { args_usage_error(&a, "missing --messages FILE.json"); return 2; }
     char *msgs = cli_read_file(a.cmd, mf);
@@ -208,7 +225,7 @@ int cmd_chat_template(int argc, char **argv) {
         return 1;
     }
     int status = 1;
-    celer_tokenizer *t = open_tokenizer(&a);
+    celer_tokenizer *t = open_tokenizer(&a, dir);
     if (t) {
         char *out = celer_chat_render_vars(t, msgs, tools, args_get(&a, "--add-generation-prompt") != NULL,
                                            args_get(&a, "--template-vars"));

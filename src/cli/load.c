@@ -81,6 +81,17 @@ static const char *g_device; /* borrowed from argv */
 
 void cli_set_device(const char *device) { g_device = device; }
 
+int cli_device_flag(const args *a) {
+    const char *d = args_get(a, "--device");
+    int num = d && strncmp(d, "cuda:", 5) == 0 && d[5] && strspn(d + 5, "0123456789") == strlen(d + 5);
+    if (d && !num && strcmp(d, "cpu") != 0 && strcmp(d, "cuda") != 0 && strcmp(d, "auto") != 0) {
+        args_usage_error(a, "flag '--device' wants cpu, cuda, cuda:N or auto, got '%s'", d);
+        return 2;
+    }
+    cli_set_device(d);
+    return 0;
+}
+
 const char *cli_device(void) { return g_device; }
 
 celer_model *cli_model_open(const char *cmd, const char *dir, int n_threads, int quiet) {

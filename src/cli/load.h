@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "celer.h"
+#include "cli/args.h"
 
 /* celer_model_open_on(dir, n_threads, cli_device()), and while it runs, when stderr is a terminal and
  * quiet is 0, one status line: "celer CMD: loading DIR (SIZE in N files) ... T s",
@@ -16,6 +17,9 @@
 celer_model *cli_model_open(const char *cmd, const char *dir, int n_threads, int quiet);
 /* The device cli_model_open loads onto (the command's --device; NULL: auto). */
 void cli_set_device(const char *device);
+/* Checks the command's --device (cpu, cuda, cuda:N, auto or absent) and sets it:
+ * 0, or 2 after a usage error naming the flag. */
+int cli_device_flag(const args *a);
 const char *cli_device(void);
 
 /* Bytes and count of the *.safetensors files in dir (0 and 0 when none or dir

@@ -37,6 +37,16 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (strcmp(argv[1], "help") == 0 && argc > 2) { /* celer help CMD: CMD's own --help */
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+            if (strcmp(argv[2], commands[i].name) == 0) {
+                char *h[] = {"--help", NULL};
+                return commands[i].run(1, h);
+            }
+        fprintf(stderr, "celer: error: help: unknown command '%s'\n", argv[2]);
+        usage(stderr);
+        return 2;
+    }
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
         usage(stdout);
         return 0;
