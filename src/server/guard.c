@@ -84,6 +84,18 @@ static int answer_locked(srv *s, srv_conn *c, int status, const char *msg) {
     return rc;
 }
 
+void srv_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, long ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms % 1000 * 1000000L;
+    ts.tv_sec += ms / 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static void *reaper(void *arg) {
     srv_guard *g = arg;
     srv *s = g->s;
@@ -91,14 +103,7 @@ static void *reaper(void *arg) {
     double rate = s->cfg.min_body_rate > 0 ? (double)s->cfg.min_body_rate : CELER_SERVE_MIN_BODY_RATE;
     pthread_mutex_lock(&g->mu);
     while (!g->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        srv_timed_wait(&g->cv, &g->mu, 100);
         double now = srv_now();
         for (srv_conn *c = g->head; c && !g->stop; c = c->next) {
             if (c->fd < 0) continue;

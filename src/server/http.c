@@ -100,16 +100,7 @@ static void cancel_job(srv *s, srv_job *j) {
 }
 
 /* Waits up to 50 ms for j->cv; j->mu is held. */
-static void wait_50ms(srv_job *j) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 50 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-}
+static void wait_50ms(srv_job *j) { srv_timed_wait(&j->cv, &j->mu, 50); }
 
 /* Queues a response with body (malloc'd, taken). */
 static enum MHD_Result reply(srv *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {

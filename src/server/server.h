@@ -265,6 +265,9 @@ char *openai_models_json(srv *s);
 char *openai_tokenize_json(srv *s, const char *body, size_t len, int *status);
 char *openai_detokenize_json(srv *s, const char *body, size_t len, int *status);
 
+/* Waits on cv (mu held) for at most ms milliseconds (guard.c). */
+void srv_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, long ms);
+
 /* ---- the endpoint table (endpoints.c) ---- */
 enum { SRV_EP_HEALTH = 1, SRV_EP_HANDLER, SRV_EP_GENERATE };
 
