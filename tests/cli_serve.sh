@@ -98,6 +98,11 @@ if LLAMA_ARG_N_PARALLEL=16 LLAMA_ARG_ENDPOINT_METRICS=1 start main -m models/def
   [ "$slots" = 16 ] && ok "LLAMA_ARG_N_PARALLEL, LLAMA_ARG_ENDPOINT_METRICS" || bad "LLAMA_ARG_* variables: slots '$slots'"
   node_case e2e.mjs "$PORT" "$KEY"
   node_case bad.mjs "$PORT" "$KEY"
+  # a port in use is an error naming it: two servers never share a port (no SO_REUSEPORT,
+  # which let a second server listen and split requests between two models)
+  out=$(timeout 30 "$C" serve -m models/default --port "$PORT" 2>&1); rc=$?
+  [ "$rc" = 1 ] && grep -q "cannot listen on 127.0.0.1:$PORT" <<<"$out" && ok "port in use: error" ||
+    bad "port in use (exit $rc): $out"
   m=$(get "http://127.0.0.1:$PORT/metrics" "$KEY")
   for k in celer_requests_total celer_prompt_tokens_total celer_completion_tokens_total celer_prompt_cache_hits_total \
            celer_prompt_cache_reused_tokens_total celer_kv_bytes_in_use celer_queue_depth \

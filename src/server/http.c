@@ -498,7 +498,9 @@ int http_start(srv *s) {
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(s->cfg.timeout_s > 0 ? s->cfg.timeout_s : CELER_SERVE_TIMEOUT_S),
         /* room above --max-concurrent to answer 503; beyond it libmicrohttpd closes new connections at once */
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max_concurrent(s) + 16), MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+        /* no MHD_OPTION_LISTENING_ADDRESS_REUSE: its SO_REUSEPORT let a second server
+         * listen on a port in use and take half of its connections */
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max_concurrent(s) + 16), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d) return err_set("cannot listen on %s:%d (in use, or not an address of this machine)", s->cfg.host, s->cfg.port);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
