@@ -92,7 +92,7 @@ fi
 
 # ---- models/default: the openai client, bad input; LLAMA_ARG_* variables ----
 KEY=sekrit-$$
-if LLAMA_ARG_N_PARALLEL=16 LLAMA_ARG_ENDPOINT_METRICS=1 start main -m models/default --api-key "$KEY" -c 256 --max-body 65536; then
+if LLAMA_ARG_N_PARALLEL=16 LLAMA_ARG_ENDPOINT_METRICS=1 start main -m models/default --api-key "$KEY" -c 256 --max-body 65536 --strict-model; then
   MAIN=$PID
   slots=$(get "http://127.0.0.1:$PORT/metrics" "$KEY" | grep '^celer_slots_total ' | cut -d' ' -f2)
   [ "$slots" = 16 ] && ok "LLAMA_ARG_N_PARALLEL, LLAMA_ARG_ENDPOINT_METRICS" || bad "LLAMA_ARG_* variables: slots '$slots'"
@@ -115,7 +115,8 @@ if LLAMA_ARG_N_PARALLEL=16 LLAMA_ARG_ENDPOINT_METRICS=1 start main -m models/def
 fi
 
 # ---- a full queue answers 503 ----
-if start queue -m models/default -np 1 --queue-size 1; then
+if start queue -m models/default -np 1 --queue-size 1 -a kjv; then
+  node_case model_name.mjs "$PORT" kjv
   node_case queue.mjs "$PORT"
   stop "$PID" || bad "queue server exit"
 fi

@@ -404,7 +404,10 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
         fail(&e, 400, "model", "'model' must be a string");
         goto out;
     }
-    if (kind != SRV_NATIVE && model && json_is_string(model) && !model_known(s, json_string_value(model))) {
+    /* clients that send a fixed name (gpt-4o, default) get the loaded model, as from
+     * llama-server; the response names the model that answered */
+    if (s->cfg.strict_model && kind != SRV_NATIVE && model && json_is_string(model) &&
+        !model_known(s, json_string_value(model))) {
         fail(&e, 404, "model", "The model '%s' does not exist (this server serves '%s')", json_string_value(model), s->model_id);
         goto out;
     }
