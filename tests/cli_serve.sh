@@ -109,6 +109,12 @@ if LLAMA_ARG_N_PARALLEL=16 LLAMA_ARG_ENDPOINT_METRICS=1 start main -m models/def
            celer_time_to_first_token_seconds_bucket celer_time_per_output_token_seconds_bucket; do
     grep -q "^$k" <<<"$m" || { bad "metrics lack $k"; continue; }
   done
+  for pair in llamacpp:prompt_tokens_total=celer_prompt_tokens_total llamacpp:tokens_predicted_total=celer_completion_tokens_total \
+              llamacpp:requests_processing=celer_slots_busy llamacpp:requests_deferred=celer_queue_depth \
+              llamacpp:kv_cache_tokens=celer_kv_tokens_in_use; do
+    a=$(grep "^${pair%%=*} " <<<"$m" | cut -d' ' -f2); c=$(grep "^${pair#*=} " <<<"$m" | cut -d' ' -f2)
+    [ -n "$a" ] && [ "$a" = "$c" ] && ok "metrics alias ${pair%%=*}" || bad "metrics alias ${pair%%=*}: '$a' vs '$c'"
+  done
   hits=$(grep '^celer_prompt_cache_hits_total ' <<<"$m" | cut -d' ' -f2)
   [ "${hits:-0}" -gt 0 ] 2>/dev/null && ok "metrics: counters and histograms" || bad "metrics: $m"
   stop "$MAIN" && ok "SIGTERM: clean exit" || bad "SIGTERM: exit $?: $(tail -3 "$T/main.log")"

@@ -147,6 +147,12 @@ char *srv_metrics_render(srv_metrics *m, const srv_sched_stats *st) {
     put(&b, "celer_prompt_cache_bytes", "gauge", "bytes the prompt cache accounts for", NULL,
         st ? (double)st->cache_bytes : 0);
     put(&b, "celer_prompt_cache_entries", "gauge", "entries in the prompt cache", NULL, st ? st->cache_entries : 0);
+    /* llama-server's names for the same figures, so dashboards built for it work */
+    put(&b, "llamacpp:prompt_tokens_total", "counter", "= celer_prompt_tokens_total", NULL, (double)m->prompt_tokens);
+    put(&b, "llamacpp:tokens_predicted_total", "counter", "= celer_completion_tokens_total", NULL, (double)m->gen_tokens);
+    put(&b, "llamacpp:requests_processing", "gauge", "= celer_slots_busy", NULL, st ? st->busy : 0);
+    put(&b, "llamacpp:requests_deferred", "gauge", "= celer_queue_depth", NULL, st ? st->queued : 0);
+    put(&b, "llamacpp:kv_cache_tokens", "gauge", "= celer_kv_tokens_in_use", NULL, st ? (double)st->kv_tokens : 0);
     if (!b.p) srv_buf_add(&b, "", 0);
     return b.p;
 }
