@@ -120,9 +120,19 @@ if LLAMA_ARG_N_PARALLEL=16 LLAMA_ARG_ENDPOINT_METRICS=1 start main -m models/def
   stop "$MAIN" && ok "SIGTERM: clean exit" || bad "SIGTERM: exit $?: $(tail -3 "$T/main.log")"
 fi
 
+# ---- --cors-origin: preflight and headers; a control character in it is a usage error ----
+if start cors -m models/default -np 2 --cors-origin http://localhost:3000 --api-key "$KEY"; then
+  node_case cors.mjs "$PORT" "$KEY" http://localhost:3000
+  stop "$PID" || bad "cors server exit"
+fi
+out=$("$C" serve --cors-origin "$(printf 'a\r\nX-Evil: 1')" 2>&1); rc=$?
+[ "$rc" = 2 ] && grep -q -- '--cors-origin' <<<"$out" && ok "--cors-origin: control characters refused" ||
+  bad "--cors-origin with CR LF (exit $rc): $out"
+
 # ---- a full queue answers 503 ----
 if start queue -m models/default -np 1 --queue-size 1 -a kjv; then
   node_case model_name.mjs "$PORT" kjv
+  node_case cors.mjs "$PORT" "" -
   node_case queue.mjs "$PORT"
   stop "$PID" || bad "queue server exit"
 fi

@@ -44,6 +44,8 @@ static const opt_spec opts[] = {
     {"--header-timeout", NULL, "N", "seconds a request's headers may take to arrive, 408 after (default 10)"},
     {"--min-body-rate", NULL, "BYTES", "bytes per second a body must arrive at after --header-timeout s, 408 below (default 1024)"},
     {"--requests-ram", NULL, "MIB", "memory for request bodies and their parsing, all requests together, 503 above (default 1024)"},
+    {"--cors-origin", NULL, "ORIGIN", "browsers on ORIGIN (e.g. http://localhost:3000, or *) may call the API: "
+                                      "CORS headers and preflight answers (default: none)"},
     {"--strict-model", NULL, NULL, "answer 404 to a request whose \"model\" is not this model's id (default: any name "
                                    "gets this model, and the response names it)"},
     {"--quiet", NULL, NULL, "print nothing but errors"},
@@ -133,6 +135,12 @@ int cmd_serve(int argc, char **argv) {
     cfg.requests_ram = (size_t)req_ram << 20;
     cfg.quiet = args_get(&a, "--quiet") != NULL;
     cfg.strict_model = args_get(&a, "--strict-model") != NULL;
+    cfg.cors_origin = args_get(&a, "--cors-origin");
+    for (const char *o = cfg.cors_origin; o && *o; o++)
+        if ((unsigned char)*o < 0x20 || *o == 0x7f) {
+            args_usage_error(&a, "--cors-origin: control characters are not allowed in an origin");
+            return 2;
+        }
     cfg.parse_special_in_content = args_get(&a, "--parse-special-in-content") != NULL;
 
     /* every thread inherits this mask; this one takes the signals with sigwait */

@@ -102,6 +102,13 @@ static void cancel_job(srv *s, srv_job *j) {
 /* Waits up to 50 ms for j->cv; j->mu is held. */
 static void wait_50ms(srv_job *j) { srv_timed_wait(&j->cv, &j->mu, 50); }
 
+/* --cors-origin: browsers on that origin may read the answers. */
+static void add_cors(const srv *s, struct MHD_Response *r) {
+    if (!s->cfg.cors_origin) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", s->cfg.cors_origin);
+    if (strcmp(s->cfg.cors_origin, "*") != 0) MHD_add_response_header(r, "Vary", "Origin");
+}
+
 /* Queues a response with body (malloc'd, taken). */
 static enum MHD_Result reply(srv *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
     if (!body) {
@@ -114,6 +121,7 @@ static enum MHD_Result reply(srv *s, struct MHD_Connection *c, int status, const
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", ctype);
+    add_cors(s, r);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
@@ -230,6 +238,7 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, int kind, conn
         sc->t0 = cc->t0;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        add_cors(s, resp);
         enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         srv_metrics_request(s->metrics, 200);
@@ -403,6 +412,28 @@ static srv_conn *conn_of(struct MHD_Connection *c) {
     return ci ? ci->socket_context : NULL;
 }
 
+/* OPTIONS: what the path allows; with --cors-origin, a CORS preflight answer (browsers
+ * send it without the key, so it is answered before the key is checked). */
+static enum MHD_Result preflight(srv *s, struct MHD_Connection *c, const char *url) {
+    const srv_endpoint *e = srv_endpoint_find(url);
+    if (!e) return reply_error(s, c, 404, "no such endpoint", NULL);
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    char allow[32];
+    snprintf(allow, sizeof allow, "%s, OPTIONS", e->method);
+    MHD_add_response_header(r, "Allow", allow);
+    if (s->cfg.cors_origin) {
+        add_cors(s, r);
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", allow);
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
+    MHD_destroy_response(r);
+    srv_metrics_request(s->metrics, MHD_HTTP_NO_CONTENT);
+    return rc;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     srv *s = cls;
@@ -414,6 +445,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc->conn = conn_of(c);
         *con_cls = cc;
         guard_phase(s, cc->conn, SRV_CONN_BODY);
+        if (strcmp(method, "OPTIONS") == 0) return preflight(s, c, url);
         if (__atomic_load_n(&s->conns, __ATOMIC_ACQUIRE) > max_concurrent(s)) {
             cc->too_many = 1; /* answer before reading the body */
             return route(s, c, url, method, cc);

@@ -62,6 +62,7 @@ typedef struct {
     int min_body_rate;          /* body bytes per second at least; 0: CELER_SERVE_MIN_BODY_RATE */
     size_t requests_ram;        /* request memory of all connections together (503 above); 0: the default */
     int quiet;                  /* no request log on stderr */
+    const char *cors_origin;    /* Access-Control-Allow-Origin for every answer, or NULL */
     int strict_model;           /* a request naming another model gets 404 (default: served) */
     int parse_special_in_content; /* special tokens in message text are control tokens (default: text) */
 } srv_config;
