@@ -96,6 +96,9 @@ if LLAMA_ARG_N_PARALLEL=16 LLAMA_ARG_ENDPOINT_METRICS=1 start main -m models/def
   MAIN=$PID
   slots=$(get "http://127.0.0.1:$PORT/metrics" "$KEY" | grep '^celer_slots_total ' | cut -d' ' -f2)
   [ "$slots" = 16 ] && ok "LLAMA_ARG_N_PARALLEL, LLAMA_ARG_ENDPOINT_METRICS" || bad "LLAMA_ARG_* variables: slots '$slots'"
+  p=$(get "http://127.0.0.1:$PORT/props" "$KEY")
+  grep -q '"total_slots":16' <<<"$p" && grep -q '"n_ctx":256' <<<"$p" && grep -q '"model_alias":"default"' <<<"$p" &&
+    ok "/props" || bad "/props: $p"
   node_case e2e.mjs "$PORT" "$KEY"
   node_case bad.mjs "$PORT" "$KEY"
   # a port in use is an error naming it: two servers never share a port (no SO_REUSEPORT,

@@ -4,6 +4,7 @@
  * and applies the checks every endpoint shares (key, limits, readiness, method).
  * Adding an endpoint: its handler (here, or in its own file with one declaration
  * below) and one row in the table (docs/howto.md, "Add an endpoint"). */
+#include <jansson.h>
 #include <string.h>
 
 #include "server/server.h"
@@ -39,10 +40,24 @@ static char *detokenize(srv *s, const char *body, size_t len, int *status, const
     return openai_detokenize_json(s, body, len, status);
 }
 
+/* llama-server's /props: what clients read to learn the server's shape. */
+static char *props(srv *s, const char *body, size_t len, int *status, const char **ctype) {
+    (void)body, (void)len, (void)status, (void)ctype;
+    json_t *o = json_pack("{s:{s:i, s:i}, s:i, s:s, s:s, s:i, s:s, s:s}", "default_generation_settings", "n_ctx",
+                          s->cfg.ctx_size, "n_predict", s->cfg.n_predict, "total_slots", s->cfg.n_parallel, "model_alias",
+                          s->model_id, "model_path", s->cfg.model_dir ? s->cfg.model_dir : "", "n_ctx_train",
+                          s->info.max_context, "model_type", s->info.model_type ? s->info.model_type : "", "format",
+                          s->info.format ? s->info.format : "");
+    char *out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return out;
+}
+
 static const srv_endpoint table[] = {
     /* path                   alias                method  public kind          generation      handler */
     {"/health", "/v1/health", "GET", 1, SRV_EP_HEALTH, 0, NULL},
     {"/v1/models", "/models", "GET", 1, SRV_EP_HANDLER, 0, models},
+    {"/props", NULL, "GET", 0, SRV_EP_HANDLER, 0, props},
     {"/metrics", NULL, "GET", 0, SRV_EP_HANDLER, 0, metrics},
     {"/tokenize", NULL, "POST", 0, SRV_EP_HANDLER, 0, tokenize},
     {"/detokenize", NULL, "POST", 0, SRV_EP_HANDLER, 0, detokenize},
