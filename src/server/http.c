@@ -18,6 +18,7 @@
 
 #include "base/err.h"
 #include "base/limits.h"
+#include "server/page.h"
 #include "server/server.h"
 
 typedef struct {
@@ -251,6 +252,7 @@ static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, 
         if (!ready) return reply_error(s, c, 503, "Loading model", NULL);
         return reply(s, c, 200, JSON, strdup("{\"status\":\"ok\"}"));
     }
+    if (is(url, "/", NULL)) return srv_page_reply(s, c, method); /* the chat page (page.c); it asks for the key itself */
     int public = is(url, "/v1/models", "/models");
     if (!public && !authorized(s, c)) return reply_error(s, c, 401, "Invalid API key: send 'Authorization: Bearer KEY'", NULL);
     if (cc->too_many) {
