@@ -24,7 +24,7 @@ for args in "--version" "serve --version"; do
   # the tree may have changed since the build: compare the commit, not the -dirty mark
   if [ "$rc" = 0 ] && [[ "$out" =~ ^celer\ ([^ ]+)\ \(git\ ([^ ]+)\)$ ]] && [ "${BASH_REMATCH[1]}" = "$want_v" ] &&
      [ "${BASH_REMATCH[2]%-dirty}" = "${want_c%-dirty}" ]; then ok "celer $args: $out"
-  else bad "celer $args ($rc): '$out', want 'celer $want_v (git $want_c)'"; fi
+  else bad "celer $args ($rc): '$out', want 'celer $want_v (git $want_c)' (a commit since the build? rebuild)"; fi
 done
 
 # ---- the page in Chromium ----
