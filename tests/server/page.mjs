@@ -1,6 +1,7 @@
 // tests/server/page.mjs MODE PORT OUTDIR [KEY]: the chat page (GET /) in headless
 // Chromium (CHROMIUM, default /usr/bin/chromium) against a running `celer serve`.
 //   chat: the page loads under its CSP with no other origin; it shows the model's name;
+//         an out-of-range setting is named and nothing is sent;
 //         greedy answers typed in the page equal the API's for the same conversation and
 //         settings (two turns); the timing line counts the API's tokens; Stop ends an
 //         answer early (a prefix of the API's for the seed) and the next message works;
@@ -80,6 +81,14 @@ try {
 
   if (mode === 'chat') {
     const greedy = { temperature: 0, top_p: 0.95, max_tokens: 40, seed: 7 };
+    await kase('a bad setting is named, nothing is sent', async () => {
+      await settings(b, { temperature: 5 });
+      await b.type('#input', 'kept');
+      await b.press('Enter');
+      const e = await b.waitFor(`!document.querySelector('#error').hidden && document.querySelector('#error').textContent`, 'the error', 10000);
+      const st = await b.eval(`[document.querySelector('#input').value, document.querySelectorAll('#log article').length]`);
+      check('a bad setting is named, nothing is sent', /^temperature: /.test(e) && st[0] === 'kept' && st[1] === 0, JSON.stringify([e, st]));
+    });
     await kase('greedy answers equal the API', async () => {
       await settings(b, greedy);
       const q1 = 'And it came to pass', q2 = 'Who made the heaven?';
