@@ -50,6 +50,26 @@ $(B)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -mavx2 -mfma -mf16c -MMD -MP -c $< -o $@
 
+# The version: one place, the VERSION file; the commit from `git describe --always --dirty`
+# when the tree is a git checkout ("unknown" otherwise). version.h is rewritten only when
+# either changes, so a rebuild recompiles main.c only then.
+CELER_VERSION := $(strip $(file < VERSION))
+CELER_COMMIT  := $(or $(shell git describe --always --dirty 2>/dev/null),unknown)
+$(B)/gen/version.h: FORCE
+	@mkdir -p $(dir $@)
+	@printf '#define CELER_VERSION "%s"\n#define CELER_COMMIT "%s"\n' '$(CELER_VERSION)' '$(CELER_COMMIT)' >$@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+$(B)/obj/src/cli/main.o: $(B)/gen/version.h
+$(B)/obj/src/cli/main.o: CFLAGS += -I$(B)/gen
+
+# The chat page of `celer serve` (GET /): src/server/page/chat.html as a C byte list
+# (xxd, Debian's xxd package) that src/server/page.c includes.
+$(B)/gen/chat_html.inc: src/server/page/chat.html
+	@mkdir -p $(dir $@)
+	xxd -i <$< >$@.tmp && mv $@.tmp $@
+$(B)/obj/src/server/page.o: $(B)/gen/chat_html.inc
+$(B)/obj/src/server/page.o: CFLAGS += -I$(B)/gen
+
 $(B)/libceler.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -103,7 +123,8 @@ SOAK_SECONDS ?= 600
 soak: $(B)/celer
 	SOAK_SECONDS=$(SOAK_SECONDS) python3 tests/server/soak.py $(B)/celer
 
-.PHONY: all deps tests test run clean fuzz soak bench
+.PHONY: all deps tests test run clean fuzz soak bench FORCE
+FORCE:
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 
 # ---- CUDA (built where nvcc exists; `make test-cuda` runs on a machine with a GPU) ----

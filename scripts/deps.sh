@@ -3,8 +3,9 @@
 # Installs only what is missing; needs root (or sudo) to install anything.
 set -eu
 pkgs="build-essential clang pkg-config libjansson-dev libpcre2-dev libutf8proc-dev
-      libmicrohttpd-dev libedit-dev xz-utils libclang-rt-dev libcurl4-openssl-dev git"
-# git: tests/cli_hub.sh checks blob names with git hash-object
+      libmicrohttpd-dev libedit-dev xz-utils libclang-rt-dev libcurl4-openssl-dev git xxd chromium"
+# git: tests/cli_hub.sh checks blob names with git hash-object; xxd: the Makefile builds the
+# server's chat page into the binary; chromium: tests/cli_page.sh drives the page headless
 # node + npm run the server's end-to-end tests (the openai npm client); Debian's when absent
 command -v npm >/dev/null 2>&1 || pkgs="$pkgs nodejs npm"
 missing=""

@@ -56,6 +56,7 @@ static char *props(srv *s, const char *body, size_t len, int *status, const char
 static const srv_endpoint table[] = {
     /* path                   alias                method  public kind          generation      handler */
     {"/health", "/v1/health", "GET", 1, SRV_EP_HEALTH, 0, NULL},
+    {"/", NULL, "GET", 1, SRV_EP_PAGE, 0, NULL}, /* the chat page (page.c: its own headers) */
     {"/v1/models", "/models", "GET", 1, SRV_EP_HANDLER, 0, models},
     {"/props", NULL, "GET", 0, SRV_EP_HANDLER, 0, props},
     {"/metrics", NULL, "GET", 0, SRV_EP_HANDLER, 0, metrics},

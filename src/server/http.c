@@ -23,6 +23,7 @@
 
 #include "base/err.h"
 #include "base/limits.h"
+#include "server/page.h"
 #include "server/server.h"
 
 typedef struct {
@@ -320,6 +321,7 @@ static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, 
         if (!ready) return reply_error(s, c, 503, "Loading model", NULL);
         return reply(s, c, 200, JSON, strdup("{\"status\":\"ok\"}"));
     }
+    if (e && e->kind == SRV_EP_PAGE) return srv_page_reply(s, c, method); /* page.c; it asks for the key itself */
     if (!(e && e->public) && !authorized(s, c))
         return reply_error(s, c, 401, "Invalid API key: send 'Authorization: Bearer KEY' (or 'X-Api-Key: KEY')", NULL);
     if (cc->too_many) {

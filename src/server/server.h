@@ -271,7 +271,7 @@ char *openai_detokenize_json(srv *s, const char *body, size_t len, int *status);
 void srv_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, long ms);
 
 /* ---- the endpoint table (endpoints.c) ---- */
-enum { SRV_EP_HEALTH = 1, SRV_EP_HANDLER, SRV_EP_GENERATE };
+enum { SRV_EP_HEALTH = 1, SRV_EP_PAGE, SRV_EP_HANDLER, SRV_EP_GENERATE };
 
 /* Answers one request: returns the body (NULL: out of memory) and may set *status
  * (200 when left alone) and *ctype (JSON when left alone). body is NULL for GET. */

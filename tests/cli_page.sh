@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# tests/cli_page.sh: `celer --version`, and the chat page of `celer serve` (GET /) in a
+# real browser: headless Chromium (Debian's chromium, which scripts/deps.sh installs)
+# driven over the DevTools protocol by tests/server/page.mjs against servers on
+# 127.0.0.1 (--port 0, the port read back from the log) with models/default, without
+# and with --api-key. Screenshots: BUILD/page/page.png and page-key.png. Every wait is
+# bounded.
+set -u
+C=${CELER_BIN:-build/celer}
+B=$(dirname "$C")
+T=$(mktemp -d)
+pass=0; fail=0; PIDS=""
+cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; rm -rf "$T"; }
+trap cleanup EXIT
+ok()  { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+finish() { echo "@@ $pass passed $fail failed"; [ "$fail" = 0 ]; exit $?; }
+
+# ---- --version: the VERSION file and the commit the binary was built from ----
+want_v=$(tr -d '[:space:]' <VERSION)
+want_c=$(git describe --always --dirty 2>/dev/null || echo unknown)
+for args in "--version" "serve --version"; do
+  out=$("$C" $args 2>&1); rc=$?
+  # the tree may have changed since the build: compare the commit, not the -dirty mark
+  if [ "$rc" = 0 ] && [[ "$out" =~ ^celer\ ([^ ]+)\ \(git\ ([^ ]+)\)$ ]] && [ "${BASH_REMATCH[1]}" = "$want_v" ] &&
+     [ "${BASH_REMATCH[2]%-dirty}" = "${want_c%-dirty}" ]; then ok "celer $args: $out"
+  else bad "celer $args ($rc): '$out', want 'celer $want_v (git $want_c)' (a commit since the build? rebuild)"; fi
+done
+
+# ---- the page in Chromium ----
+CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
+if [ ! -x "$CHROMIUM" ] || ! command -v node >/dev/null; then
+  bad "the page test needs Debian's chromium ($CHROMIUM) and node: run scripts/deps.sh (make test runs it)"; finish
+fi
+export CHROMIUM
+OUT="$B/page"
+mkdir -p "$OUT"
+rm -f "$OUT"/*.png
+
+get() { timeout 60 node tests/server/get.mjs "$@"; }
+# start NAME ARGS...: starts a server, sets PORT and PID, waits (bounded) until it is ready
+start() {
+  local name=$1; shift
+  "$C" serve --port 0 "$@" >"$T/$name.log" 2>&1 &
+  PID=$!; PIDS="$PIDS $PID"; PORT=""
+  for _ in $(seq 1 600); do
+    PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/$name.log" | grep -o '[0-9]*$')
+    if [ -n "$PORT" ] && grep -q ' ready ' "$T/$name.log"; then return 0; fi
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  bad "$name: server did not start: $(cat "$T/$name.log")"; return 1
+}
+stop() {
+  kill -TERM "$1" 2>/dev/null
+  for _ in $(seq 1 300); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$1" 2>/dev/null; then kill -KILL "$1"; return 1; fi
+  wait "$1"
+}
+node_case() {
+  local out rc
+  out=$(timeout 400 node tests/server/page.mjs "$@" 2>&1); rc=$?
+  echo "$out"
+  pass=$((pass + $(grep -c '^ok ' <<<"$out")))
+  fail=$((fail + $(grep -c '^FAIL ' <<<"$out")))
+  if [ "$rc" != 0 ] && ! grep -q '^FAIL ' <<<"$out"; then bad "page.mjs $1 exited $rc"; fi
+}
+
+if start page -m models/default -c 1024 -np 2; then
+  r=$(BODY=x get "http://127.0.0.1:$PORT/")
+  [ "$(head -1 <<<"$r")" = 405 ] && ok "POST /: 405" || bad "POST /: $r"
+  node_case chat "$PORT" "$OUT"
+  stop "$PID" && ok "page server: clean exit" || bad "page server exit: $(tail -3 "$T/page.log")"
+fi
+KEY=page-key-$$
+if start key -m models/default --api-key "$KEY" -np 1; then
+  r=$(get "http://127.0.0.1:$PORT/")
+  [ "$(head -1 <<<"$r")" = 200 ] && grep -q '<title>celer chat</title>' <<<"$r" && ok "GET / needs no key" || bad "GET / with --api-key: $(head -3 <<<"$r")"
+  node_case key "$PORT" "$OUT" "$KEY"
+  stop "$PID" || bad "key server exit"
+fi
+for f in page.png page-key.png; do
+  [ -s "$OUT/$f" ] && ok "screenshot $OUT/$f" || bad "no screenshot $OUT/$f"
+done
+finish
