@@ -253,6 +253,7 @@ if (what === 'queue') {
     const t0 = Date.now();
     while (!c.closed && !c.error && parse(c.data).status === 0 && Date.now() - t0 < 20000 && sent < (1 << 30)) {
       if (!c.s.write(chunk)) await new Promise((r) => { c.s.once('drain', r); setTimeout(r, 50); });
+      else await new Promise((r) => setImmediate(r)); /* read while writing, as a real client does */
       sent += chunk.length;
     }
     await until(() => parse(c.data).status > 0 || c.closed, 5000);
