@@ -27,6 +27,7 @@
     X(CUK_GEMM_BF16X1, FLAG, "0", "1: GPU bf16 GEMMs use one bf16 term instead of two (faster, less exact)")       \
     X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \
     X(CUK_ATTN_PER_QUERY, FLAG, "0", "1: GPU prefill attention uses the per-query kernel instead of tiles")         \
+    X(CELER_FUZZ_WIRE, FLAG, "0", "1: fuzz_server_request also sends inputs over a socket to a live server")       \
     X(HOME, STR, NULL, "where `celer run` keeps its history (~/.celer_history); the hub cache's last fallback")   \
     X(HF_HUB_CACHE, STR, NULL, "the Hugging Face hub cache models are looked up in and pulled to (docs/hub.md)")   \
     X(HF_HOME, STR, NULL, "Hugging Face's home: the hub cache is $HF_HOME/hub when HF_HUB_CACHE is unset")         \
