@@ -77,17 +77,27 @@ for v in "HF_HOME=$T/hfhome" "XDG_CACHE_HOME=$T/xdg" "HOME=$T/home"; do
   out=$(env -u HF_HUB_CACHE -u HF_HOME -u XDG_CACHE_HOME "$v" "$C" generate -m org/tiny --tokens "$LP" -n 40 2>&1)
   if [ "$out" = "$LW" ]; then ok "cache found through ${v%%=*}"; else bad "cache through ${v%%=*}: '$out'"; fi
 done
-expect "HF_HUB_CACHE wins over HF_HOME" 2 "$T/empty/models--org--tiny" \
+expect "HF_HUB_CACHE wins over HF_HOME" 1 "$T/empty/models--org--tiny" \
   env HF_HOME="$T/hfhome" HF_HUB_CACHE="$T/empty" "$C" generate -m org/tiny --tokens 1
 # what is missing, and where it looked
-expect "a model not in the cache" 2 "org/none is not a local directory, and not in the Hugging Face cache (no $C1/models--org--none); download it with: celer pull org/none" \
+expect "a model not in the cache" 1 "org/none is not a local directory, and not in the Hugging Face cache (no $C1/models--org--none); download it with: celer pull org/none" \
   $H "$C" generate -m org/none --tokens 1
-expect "a revision not in the cache" 2 "revision 'v9' is not in the Hugging Face cache (no $C1/models--org--tiny/refs/v9).*celer pull org/tiny@v9" \
+expect "a revision not in the cache" 1 "revision 'v9' is not in the Hugging Face cache (no $C1/models--org--tiny/refs/v9).*celer pull org/tiny@v9" \
   $H "$C" generate -m org/tiny@v9 --tokens 1
-expect "a commit not in the cache" 2 "snapshot 3333333333333333333333333333333333333333 is not in the Hugging Face cache" \
+expect "a commit not in the cache" 1 "snapshot 3333333333333333333333333333333333333333 is not in the Hugging Face cache" \
   $H "$C" generate -m org/tiny@3333333333333333333333333333333333333333 --tokens 1
 printf 'not-a-commit' > "$C1/models--org--tiny/refs/bad"
-expect "a ref that holds no commit" 2 "refs/bad does not hold a commit hash" $H "$C" generate -m org/tiny@bad --tokens 1
+expect "a ref that holds no commit" 1 "refs/bad does not hold a commit hash" $H "$C" generate -m org/tiny@bad --tokens 1
+# not cached is no usage error (exit 1, as for run), on every -m command and for the default model
+for cmd in "inspect -m org/none" "serve -m org/none --port 0" "logits -m org/none --tokens 1 -o $T/x.st" "bench -m org/none" \
+           "cache -m org/none --tokens 1" "tokenize -m org/none --text hi"; do
+  expect "$cmd: not cached" 1 "download it with: celer pull org/none" $H "$C" $cmd
+done
+expect "CELER_DEFAULT_MODEL not cached" 1 "download it with: celer pull org/none" \
+  $H CELER_DEFAULT_MODEL=org/none "$C" generate --tokens 1
+for cmd in generate logits serve bench inspect cache run tokenize; do
+  expect "$cmd --help names hub names" 0 "DIR|ORG/NAME" "$C" $cmd --help
+done
 expect "run: not cached, not a terminal: the command to run" 1 "download it with: celer pull org/none" \
   $H "$C" run org/none -p hi </dev/null
 # an existing local directory wins over a hub name of the same spelling
@@ -194,7 +204,7 @@ expect "pull: a corrupt file" 1 "model-00002-of-00002.safetensors is corrupt: it
 if [ ! -e "$T/pc4/models--test-org--tiny-llama/snapshots" ] && [ -z "$(find "$T/pc4" -name '*.incomplete')" ] &&
    [ ! -e "$T/pc4/models--test-org--tiny-llama/refs" ]; then ok "after it: no snapshot, no ref, no partial file"
 else bad "after a corrupt file: $(ls -R "$T/pc4")"; fi
-expect "and -m finds no model" 2 "not in the Hugging Face cache" env HF_HUB_CACHE="$T/pc4" "$C" generate -m test-org/tiny-llama --tokens 1
+expect "and -m finds no model" 1 "not in the Hugging Face cache" env HF_HUB_CACHE="$T/pc4" "$C" generate -m test-org/tiny-llama --tokens 1
 echo '{}' > "$T/faults"
 # gated: 401 without the token, the download with it
 expect "pull: gated (401)" 1 "the model is gated: accept its licence on http://127.0.0.1:$PORT/gated/tiny-llama.*set HF_TOKEN.*HF_TOKEN is not set" \

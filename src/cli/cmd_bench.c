@@ -16,7 +16,7 @@
 #include "cli/load.h"
 
 static const opt_spec opts[] = {
-    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
+    {"--model", "-m", "DIR|ORG/NAME", "checkpoint directory, or a hub name in the Hugging Face cache (default: the embedded default model)"},
     {"--n-prompt", "-p", "N", "prompt tokens for the prefill test (default 512; 0 skips it)"},
     {"--n-gen", "-n", "N", "generated tokens for the decode test (default 128; 0 skips it)"},
     {"--repetitions", "-r", "N", "repetitions of each test (default 5)"},
@@ -94,15 +94,16 @@ static void model_label(const celer_model_info *in, char *buf, size_t n) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    args a = {"bench", "[-m DIR] [-p 512] [-n 128] [-d 0] [-r 5] [-t N] [-o md|json]",
+    args a = {"bench", "[-m DIR|ORG/NAME] [-p 512] [-n 128] [-d 0] [-r 5] [-t N] [-o md|json]",
               "Measures prefill (ppN) and decode (tgN) speed, llama-bench style, against the measured limits.",
               opts, 8, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     if (cli_device_flag(&a)) return 2;
+    int mst; /* the exit status when there is no model */
     char defbuf[PATH_MAX];
-    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *fmt = args_get(&a, "--output");
-    if (!dir) return 2;
+    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst), *fmt = args_get(&a, "--output");
+    if (!dir) return mst;
     long np, ng, reps, threads, depth;
     if (args_int(&a, "--n-prompt", 512, 0, 1 << 20, &np) || args_int(&a, "--n-gen", 128, 0, 1 << 20, &ng) ||
         args_int(&a, "--n-depth", 0, 0, 1 << 20, &depth) ||

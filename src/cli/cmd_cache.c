@@ -14,7 +14,7 @@
 #include "cli/load.h"
 
 static const opt_spec opts[] = {
-    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
+    {"--model", "-m", "DIR|ORG/NAME", "checkpoint directory, or a hub name in the Hugging Face cache (default: the embedded default model)"},
     {"--tokens", NULL, "LIST", "token ids to evaluate after the loaded cache, comma separated"},
     {"--tokens-file", NULL, "FILE", "read those token ids from FILE"},
     {"--load-cache", NULL, "FILE", "start from a cache file written by --save-cache"},
@@ -28,14 +28,15 @@ static const opt_spec opts[] = {
 };
 
 int cmd_cache(int argc, char **argv) {
-    args a = {"cache", "[-m DIR] [--load-cache F] [--tokens LIST | --tokens-file F] [-o OUT] [-n N] [--save-cache F]",
+    args a = {"cache", "[-m DIR|ORG/NAME] [--load-cache F] [--tokens LIST | --tokens-file F] [-o OUT] [-n N] [--save-cache F]",
               "Evaluates tokens in a session that starts from a cache file and/or ends by writing one.", opts, 11, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     if (cli_device_flag(&a)) return 2;
+    int mst; /* the exit status when there is no model */
     char defbuf[PATH_MAX];
-    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file");
-    if (!dir) return 2;
+    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst), *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file");
+    if (!dir) return mst;
     const char *load = args_get(&a, "--load-cache"), *save = args_get(&a, "--save-cache"), *out = args_get(&a, "--output");
     long n_gen, chunk, ctx, threads;
     if (args_int(&a, "--n-predict", 0, 0, 1 << 24, &n_gen) || args_int(&a, "--chunk", 512, 1, 1 << 24, &chunk) ||

@@ -19,7 +19,7 @@
 #include "cli/sampling.h"
 
 static const opt_spec opts[] = {
-    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
+    {"--model", "-m", "DIR|ORG/NAME", "checkpoint directory, or a hub name in the Hugging Face cache (default: the embedded default model)"},
     {"--tokens", NULL, "LIST", "prompt token ids, comma separated"},
     {"--tokens-file", NULL, "FILE", "read prompt token ids from FILE"},
     {"--prompt", "-p", "TEXT", "prompt text (tokenized with the checkpoint's tokenizer); prints text"},
@@ -46,15 +46,16 @@ static double now(void) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    args a = {"generate", "[-m DIR] (--tokens LIST | --tokens-file F | -p TEXT | -f FILE | --chat MESSAGE [--system TEXT]) [-n N] [--temp F ...]",
+    args a = {"generate", "[-m DIR|ORG/NAME] (--tokens LIST | --tokens-file F | -p TEXT | -f FILE | --chat MESSAGE [--system TEXT]) [-n N] [--temp F ...]",
               "Generates tokens (greedy unless --temp > 0) and prints the generated token ids, or the text with -p.",
               opts, (int)(sizeof opts / sizeof opts[0]), {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     if (cli_device_flag(&a)) return 2;
+    int mst; /* the exit status when there is no model */
     char defbuf[PATH_MAX];
-    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf);
-    if (!dir) return 2;
+    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst);
+    if (!dir) return mst;
     const char *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file"), *text = args_get(&a, "--prompt");
     const char *chat = args_get(&a, "--chat"), *load = args_get(&a, "--load-cache"), *save = args_get(&a, "--save-cache");
     const char *stops = args_get(&a, "--stop-token"), *stop_text = args_get(&a, "--stop");

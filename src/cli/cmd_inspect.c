@@ -50,7 +50,7 @@ int cmd_arch(int argc, char **argv) {
 /* ---------------------------------------------------------------- inspect */
 
 static const opt_spec inspect_opts[] = {
-    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
+    {"--model", "-m", "DIR|ORG/NAME", "checkpoint directory, or a hub name in the Hugging Face cache (default: the embedded default model)"},
     {"--ctx-size", "-c", "N", "context for the KV figures (default: the model's max context, at most 4096, as run and serve use)"},
     {"--memory", NULL, "SIZE", "compare with SIZE bytes (suffix K, M, G, T: powers of 1024) instead of MemAvailable"},
 };
@@ -115,7 +115,7 @@ static const char *count_str(int64_t n, char *buf, size_t len) {
 }
 
 int cmd_inspect(int argc, char **argv) {
-    args a = {"inspect", "[-m DIR] [-c CTX] [--memory SIZE]",
+    args a = {"inspect", "[-m DIR|ORG/NAME] [-c CTX] [--memory SIZE]",
               "Prints a checkpoint's parameters, weight formats and bytes, the KV cache bytes per token and "
               "for a context (per cache kind: dense layers hold every token, rotating sliding-window layers at "
               "most their window), and whether weights plus cache fit in available memory.",
@@ -130,9 +130,10 @@ int cmd_inspect(int argc, char **argv) {
         args_usage_error(&a, "flag '--memory' wants a size such as 16G, 512M or 1048576, got '%s'", mem);
         return 2;
     }
+    int mst; /* the exit status when there is no model */
     char defbuf[PATH_MAX + 64];
-    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf);
-    if (!dir) return 2;
+    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst);
+    if (!dir) return mst;
     cli_set_device("cpu"); /* it reads shapes and sizes: no weights need to go to a GPU */
     celer_model *m = cli_model_open("inspect", dir, 1, 0);
     if (!m) {

@@ -11,7 +11,7 @@
 #include "cli/load.h"
 
 static const opt_spec opts[] = {
-    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
+    {"--model", "-m", "DIR|ORG/NAME", "checkpoint directory, or a hub name in the Hugging Face cache (default: the embedded default model)"},
     {"--tokens", NULL, "LIST", "input token ids, comma separated"},
     {"--tokens-file", NULL, "FILE", "read input token ids from FILE"},
     {"--chunk", NULL, "N", "feed N tokens per forward through the KV cache (default: all at once)"},
@@ -24,14 +24,15 @@ static const opt_spec opts[] = {
 };
 
 int cmd_logits(int argc, char **argv) {
-    args a = {"logits", "[-m DIR] (--tokens LIST | --tokens-file F) [--chunk N] -o OUT.safetensors",
+    args a = {"logits", "[-m DIR|ORG/NAME] (--tokens LIST | --tokens-file F) [--chunk N] -o OUT.safetensors",
               "Runs the tokens through the model and writes logits [T, vocab] (float32).", opts, 10, {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     if (cli_device_flag(&a)) return 2;
+    int mst; /* the exit status when there is no model */
     char defbuf[PATH_MAX];
-    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *out = args_get(&a, "--output");
-    if (!dir) return 2;
+    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst), *out = args_get(&a, "--output");
+    if (!dir) return mst;
     const char *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file");
     const char *load = args_get(&a, "--load-cache"), *save = args_get(&a, "--save-cache");
     long chunk, threads, ctx;

@@ -34,7 +34,7 @@
 #include "cli/sampling.h"
 
 static const opt_spec opts[] = {
-    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
+    {"--model", "-m", "DIR|ORG/NAME", "checkpoint directory, or a hub name in the Hugging Face cache (default: the embedded default model)"},
     {"--prompt", "-p", "TEXT", "answer TEXT once and exit (standard input is not read)"},
     {"--file", "-f", "FILE", "answer the text of FILE once and exit (as -p)"},
     {"--system", NULL, "TEXT", "system prompt"},
@@ -464,7 +464,7 @@ static int handle_command(chat *c, const char *line) {
 /* ---------------------------------------------------------------- entry */
 
 int cmd_run(int argc, char **argv) {
-    args a = {"run", "[MODEL_DIR] [-p TEXT | -f FILE] [--system TEXT] [-n N] [--temp F ...]",
+    args a = {"run", "[MODEL_DIR|ORG/NAME] [-p TEXT | -f FILE] [--system TEXT] [-n N] [--temp F ...]",
               "Chats with a model (the embedded default model when none is given). At a terminal: "
 #ifdef CELER_HAVE_EDITLINE
               "line editing (emacs keys, ~/.editrc) and history kept in $HOME/.celer_history; "

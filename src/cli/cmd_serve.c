@@ -18,7 +18,7 @@
 #include "server/server.h"
 
 static const opt_spec opts[] = {
-    {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
+    {"--model", "-m", "DIR|ORG/NAME", "checkpoint directory, or a hub name in the Hugging Face cache (default: the embedded default model)"},
     {"--tokenizer", NULL, "PATH", "tokenizer directory or tokenizer.json (default: the model's)"},
     {"--alias", "-a", "NAME", "model id in /v1/models (default: the directory's name)"},
     {"--host", NULL, "ADDR", "address to listen on (default 127.0.0.1)"},
@@ -84,7 +84,7 @@ static void apply_env(args *a) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    args a = {"serve", "[-m DIR] [--host ADDR] [--port N] [-np N] [-c N] [--api-key KEY] [--metrics] ...",
+    args a = {"serve", "[-m DIR|ORG/NAME] [--host ADDR] [--port N] [-np N] [-c N] [--api-key KEY] [--metrics] ...",
               "Serves the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, "
               "/v1/models, /health, /metrics, /completion, /tokenize, /detokenize) until SIGTERM.",
               opts, (int)(sizeof opts / sizeof opts[0]), {0}};
@@ -107,8 +107,9 @@ int cmd_serve(int argc, char **argv) {
         args_int(&a, "--requests-ram", CELER_SERVE_REQUESTS_RAM_MIB, 1, 1 << 24, &req_ram))
         return 2;
     srv_config cfg = {0};
+    int mst; /* the exit status when there is no model */
     char defbuf[PATH_MAX + 64];
-    if (!(cfg.model_dir = cli_model_arg(&a, defbuf, sizeof defbuf))) return 2;
+    if (!(cfg.model_dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst))) return mst;
     cfg.tokenizer_dir = args_get(&a, "--tokenizer");
     cfg.alias = args_get(&a, "--alias");
     if (!cfg.alias && cfg.model_dir == defbuf && args_get(&a, "--model")) cfg.alias = args_get(&a, "--model"); /* a hub name */

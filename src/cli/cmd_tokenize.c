@@ -71,14 +71,14 @@ static int blank(const char *s, size_t n) {
 }
 
 static const opt_spec tok_opts[] = {
-    {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory (tokenizer.json, tokenizer_config.json; default: the embedded default model)"},
-    {"--model", NULL, "DIR", "same as --tokenizer"},
+    {"--tokenizer", "-m", "DIR|ORG/NAME", "checkpoint or tokenizer directory, or a hub name (tokenizer.json, tokenizer_config.json; default: the embedded default model)"},
+    {"--model", NULL, "DIR|ORG/NAME", "same as --tokenizer"},
     {"--special", NULL, NULL, "add BOS/EOS as the tokenizer config says (transformers' default)"},
     {"--text", NULL, "STR", "tokenize this one string instead of reading standard input"},
 };
 
 int cmd_tokenize(int argc, char **argv) {
-    args a = {"tokenize", "[--tokenizer DIR] [--special] [--text STR]",
+    args a = {"tokenize", "[--tokenizer DIR|ORG/NAME] [--special] [--text STR]",
               "Reads one JSON string per line on standard input and prints one JSON array of token ids per line.",
               tok_opts, 4, {0}};
     int rc = args_parse(&a, argc, argv);
@@ -134,13 +134,13 @@ int cmd_tokenize(int argc, char **argv) {
 }
 
 static const opt_spec detok_opts[] = {
-    {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory (default: the embedded default model)"},
-    {"--model", NULL, "DIR", "same as --tokenizer"},
+    {"--tokenizer", "-m", "DIR|ORG/NAME", "checkpoint or tokenizer directory, or a hub name (default: the embedded default model)"},
+    {"--model", NULL, "DIR|ORG/NAME", "same as --tokenizer"},
     {"--skip-special", NULL, NULL, "leave special tokens (BOS, EOS, ...) out of the text"},
 };
 
 int cmd_detokenize(int argc, char **argv) {
-    args a = {"detokenize", "[--tokenizer DIR] [--skip-special]",
+    args a = {"detokenize", "[--tokenizer DIR|ORG/NAME] [--skip-special]",
               "Reads one JSON array of token ids per line on standard input and prints one JSON string per line.",
               detok_opts, 3, {0}};
     int rc = args_parse(&a, argc, argv);
@@ -198,8 +198,8 @@ int cmd_detokenize(int argc, char **argv) {
 }
 
 static const opt_spec chat_opts[] = {
-    {"--tokenizer", "-m", "DIR", "checkpoint or tokenizer directory (its chat template; default: the embedded default model)"},
-    {"--model", NULL, "DIR", "same as --tokenizer"},
+    {"--tokenizer", "-m", "DIR|ORG/NAME", "checkpoint or tokenizer directory, or a hub name (its chat template; default: the embedded default model)"},
+    {"--model", NULL, "DIR|ORG/NAME", "same as --tokenizer"},
     {"--messages", NULL, "FILE", "JSON array of {\"role\", \"content\"} messages"},
     {"--tools", NULL, "FILE", "JSON array of tool definitions"},
     {"--add-generation-prompt", NULL, NULL, "end with the assistant turn's opening"},
@@ -207,7 +207,7 @@ static const opt_spec chat_opts[] = {
 };
 
 int cmd_chat_template(int argc, char **argv) {
-    args a = {"chat-template", "[--tokenizer DIR] --messages FILE.json [--add-generation-prompt] [--tools FILE.json]",
+    args a = {"chat-template", "[--tokenizer DIR|ORG/NAME] --messages FILE.json [--add-generation-prompt] [--tools FILE.json]",
               "Renders the tokenizer's chat template and prints the prompt exactly (no newline added).", chat_opts, 6,
               {0}};
     int rc = args_parse(&a, argc, argv);

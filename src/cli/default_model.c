@@ -73,11 +73,13 @@ const char *cli_model_resolve(const char *cmd, const char *name, char *buf, size
     return NULL;
 }
 
-const char *cli_model_arg(const args *a, char *buf, size_t n) {
+const char *cli_model_arg(const args *a, char *buf, size_t n, int *status) {
     const char *dir = args_get(a, "--model");
+    *status = 1; /* a hub name not cached is not a usage error: `celer pull NAME` mends it */
     if (dir) return cli_model_resolve(a->cmd, dir, buf, n, 0);
     if ((dir = cli_default_model(buf, n))) return cli_model_resolve(a->cmd, dir, buf, n, 0);
     args_usage_error(a, "missing -m DIR, and the default model (models/default) is not there: give -m DIR, or "
                         "set CELER_DEFAULT_MODEL to a checkpoint directory");
+    *status = 2;
     return NULL;
 }

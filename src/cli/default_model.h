@@ -23,7 +23,7 @@ const char *cli_model_resolve(const char *cmd, const char *name, char *buf, size
 
 /* The model directory of a command: its -m value, else the default model, each
  * through cli_model_resolve (a hub name works for both); NULL after printing an
- * error (no model at all: a usage error; a hub name not cached). buf as for
- * cli_default_model. */
-const char *cli_model_arg(const args *a, char *buf, size_t n);
+ * error, with *status the command's exit status: 2 for no model at all (a usage
+ * error), 1 for a hub name not cached. buf as for cli_default_model. */
+const char *cli_model_arg(const args *a, char *buf, size_t n, int *status);
 #endif
