@@ -17,7 +17,7 @@ bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 for cmd in generate logits bench serve inspect run cache; do
   out=$("$C" $cmd --help 2>&1); rc=$?
-  if [ $rc = 0 ] && grep -q -- "-m, --model DIR .*default: the embedded default model" <<<"$out" &&
+  if [ $rc = 0 ] && grep -q -- "-m, --model DIR|ORG/NAME .*default: the embedded default model" <<<"$out" &&
      grep -q "^usage: celer $cmd \[" <<<"$out"; then ok "$cmd --help: -m optional, the default model"
   else bad "$cmd --help ($rc): $out"; fi
 done
