@@ -5,111 +5,36 @@
  * then chats, giving transformers' greedy answer (docs/default-model.md).
  * The binary is $CELER_BIN (tests/run.sh sets it), else build/celer. */
 #include <errno.h>
-#include <poll.h>
-#include <pty.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "harness.h"
+#include "pty_term.h"
 
 static char tmp[128], endpoint[128];
 
-typedef struct {
-    int fd;
-    pid_t pid;
-    char buf[1 << 16]; /* output since the last expect */
-    size_t len;
-} term;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Reads until the output holds want, then keeps only what follows it. 0, or -1 on
- * timeout or end of output. */
-static int expect(term *t, const char *want, double timeout) {
-    double end = now() + timeout;
-    for (;;) {
-        t->buf[t->len] = '\0';
-        char *hit = strstr(t->buf, want);
-        if (hit) {
-            size_t skip = (size_t)(hit - t->buf) + strlen(want);
-            memmove(t->buf, t->buf + skip, t->len - skip + 1);
-            t->len -= skip;
-            return 0;
-        }
-        double left = end - now();
-        if (left <= 0) return -1;
-        struct pollfd p = {t->fd, POLLIN, 0};
-        int r = poll(&p, 1, (int)(left * 1000) + 1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        if (t->len + 1 >= sizeof t->buf) { /* keep the newest half */
-            memmove(t->buf, t->buf + t->len / 2, t->len - t->len / 2);
-            t->len -= t->len / 2;
-        }
-        ssize_t n = read(t->fd, t->buf + t->len, sizeof t->buf - 1 - t->len);
-        if (n <= 0) return -1;
-        t->len += (size_t)n;
-    }
-}
-
-static void say(term *t, const char *s) {
-    size_t n = strlen(s);
-    while (n) {
-        ssize_t w = write(t->fd, s, n);
-        if (w <= 0) return;
-        s += w, n -= (size_t)w;
-    }
+/* The child's environment: celer reads it once, at start. */
+static void hub_env(void *unused) {
+    (void)unused;
+    char cache[200];
+    snprintf(cache, sizeof cache, "%s/cache", tmp);
+    setenv("HF_HUB_CACHE", cache, 1);
+    setenv("HF_ENDPOINT", endpoint, 1);
+    setenv("HOME", tmp, 1);
+    unsetenv("HF_TOKEN");
 }
 
 /* `celer run kjv-org/kjv --temp 0` in a terminal, the cache in tmp/cache. */
 static int start(term *t) {
     const char *bin = getenv("CELER_BIN");
     if (!bin || !*bin) bin = "build/celer";
-    memset(t, 0, sizeof *t);
-    struct winsize ws = {40, 160, 0, 0};
-    t->pid = forkpty(&t->fd, NULL, NULL, &ws);
-    if (t->pid < 0) return -1;
-    if (t->pid == 0) {
-        char cache[200];
-        snprintf(cache, sizeof cache, "%s/cache", tmp);
-        setenv("HF_HUB_CACHE", cache, 1); /* the child's environment: celer reads it once, at start */
-        setenv("HF_ENDPOINT", endpoint, 1);
-        setenv("HOME", tmp, 1);
-        unsetenv("HF_TOKEN");
-        execl(bin, bin, "run", "kjv-org/kjv", "--temp", "0", "-t", "2", (char *)NULL);
-        _exit(127);
-    }
-    return 0;
+    char *argv[] = {(char *)bin, "run", "kjv-org/kjv", "--temp", "0", "-t", "2", NULL};
+    return term_start(t, 160, argv, hub_env, NULL);
 }
 
-static int finish(term *t) {
-    int st = 0;
-    double end = now() + 20;
-    while (now() < end) {
-        pid_t r = waitpid(t->pid, &st, WNOHANG);
-        if (r == t->pid) {
-            close(t->fd);
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        }
-        char drain[4096];
-        struct pollfd p = {t->fd, POLLIN, 0};
-        if (poll(&p, 1, 50) > 0 && read(t->fd, drain, sizeof drain) <= 0) usleep(10000);
-    }
-    kill(t->pid, SIGKILL);
-    waitpid(t->pid, &st, 0);
-    close(t->fd);
-    return -1;
-}
+static int finish(term *t) { return term_finish(t, 20); }
 
 static int exists(const char *fmt, const char *a) {
     char p[400];
@@ -122,11 +47,11 @@ static void answer_no(void) {
     term t;
     CHECK(start(&t) == 0, "forkpty: %s", strerror(errno));
     if (t.pid <= 0) return;
-    CHECK(expect(&t, "kjv-org/kjv is not in the Hugging Face cache", 30) == 0, "no question: %s", t.buf);
-    CHECK(expect(&t, "Download it from http://127.0.0.1:", 5) == 0, "no endpoint in the question: %s", t.buf);
-    CHECK(expect(&t, "[y/N]", 5) == 0, "no [y/N]: %s", t.buf);
-    say(&t, "n\r");
-    CHECK(expect(&t, "was not downloaded; get it with: celer pull kjv-org/kjv", 10) == 0, "no hint: %s", t.buf);
+    CHECK(term_expect(&t, "kjv-org/kjv is not in the Hugging Face cache", 30) == 0, "no question: %s", t.buf);
+    CHECK(term_expect(&t, "Download it from http://127.0.0.1:", 5) == 0, "no endpoint in the question: %s", t.buf);
+    CHECK(term_expect(&t, "[y/N]", 5) == 0, "no [y/N]: %s", t.buf);
+    term_say(&t, "n\r");
+    CHECK(term_expect(&t, "was not downloaded; get it with: celer pull kjv-org/kjv", 10) == 0, "no hint: %s", t.buf);
     CHECK(finish(&t) == 1, "exit status after no");
     CHECK(!exists("%s/cache/models--kjv-org--kjv%s", ""), "the cache was written after 'n'");
 }
@@ -135,17 +60,17 @@ static void answer_yes(void) {
     term t;
     CHECK(start(&t) == 0, "forkpty: %s", strerror(errno));
     if (t.pid <= 0) return;
-    CHECK(expect(&t, "[y/N]", 30) == 0, "no question: %s", t.buf);
-    say(&t, "y\r");
-    CHECK(expect(&t, "model.safetensors", 60) == 0, "no progress line for the weights: %s", t.buf);
-    CHECK(expect(&t, "100%", 60) == 0, "the bar never reached 100%%: %s", t.buf);
-    CHECK(expect(&t, "celer run: kjv-org/kjv: ", 60) == 0, "no summary: %s", t.buf);
-    CHECK(expect(&t, "> ", 60) == 0, "no chat prompt after the pull: %s", t.buf);
-    say(&t, "In the beginning\r");
+    CHECK(term_expect(&t, "[y/N]", 30) == 0, "no question: %s", t.buf);
+    term_say(&t, "y\r");
+    CHECK(term_expect(&t, "model.safetensors", 60) == 0, "no progress line for the weights: %s", t.buf);
+    CHECK(term_expect(&t, "100%", 60) == 0, "the bar never reached 100%%: %s", t.buf);
+    CHECK(term_expect(&t, "celer run: kjv-org/kjv: ", 60) == 0, "no summary: %s", t.buf);
+    CHECK(term_expect(&t, "> ", 60) == 0, "no chat prompt after the pull: %s", t.buf);
+    term_say(&t, "In the beginning\r");
     /* transformers' greedy answer to this chat (docs/default-model.md) */
-    CHECK(expect(&t, "of the reign of Asa king of Judah began Ahaziah", 60) == 0, "answer missing: %s", t.buf);
-    CHECK(expect(&t, "> ", 30) == 0, "no prompt after the answer");
-    say(&t, "/quit\r");
+    CHECK(term_expect(&t, "of the reign of Asa king of Judah began Ahaziah", 60) == 0, "answer missing: %s", t.buf);
+    CHECK(term_expect(&t, "> ", 30) == 0, "no prompt after the answer");
+    term_say(&t, "/quit\r");
     CHECK(finish(&t) == 0, "exit status after /quit");
     CHECK(exists("%s/cache/models--kjv-org--kjv/refs/main%s", ""), "no refs/main after the pull");
 }

@@ -9,101 +9,38 @@
  * Every run has a HOME of its own. The binary is $CELER_BIN (tests/run.sh sets
  * it), else build/celer. */
 #include <errno.h>
-#include <poll.h>
-#include <pty.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <termios.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "harness.h"
-
-typedef struct {
-    int fd;
-    pid_t pid;
-    char buf[1 << 16];  /* output since the last expect */
-    size_t len;
-} term;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Reads until the output holds want; consume: then keep only what follows it.
- * 0 ok, -1 on timeout or end of output. */
-static int wait_for(term *t, const char *want, double timeout, int consume) {
-    double end = now() + timeout;
-    for (;;) {
-        t->buf[t->len] = '\0';
-        char *hit = strstr(t->buf, want);
-        if (hit) {
-            if (!consume) return 0;
-            size_t skip = (size_t)(hit - t->buf) + strlen(want);
-            memmove(t->buf, t->buf + skip, t->len - skip + 1);
-            t->len -= skip;
-            return 0;
-        }
-        double left = end - now();
-        if (left <= 0) return -1;
-        struct pollfd p = {t->fd, POLLIN, 0};
-        int r = poll(&p, 1, (int)(left * 1000) + 1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        if (t->len + 1 >= sizeof t->buf) {  /* keep the newest half */
-            memmove(t->buf, t->buf + t->len / 2, t->len - t->len / 2);
-            t->len -= t->len / 2;
-        }
-        ssize_t n = read(t->fd, t->buf + t->len, sizeof t->buf - 1 - t->len);
-        if (n <= 0) return -1;
-        t->len += (size_t)n;
-    }
-}
-
-static int expect(term *t, const char *want, double timeout) { return wait_for(t, want, timeout, 1); }
+#include "pty_term.h"
 
 /* Skips output through the next "> " prompt. */
-static int until_prompt(term *t, double timeout) { return expect(t, "> ", timeout); }
-
-static void say(term *t, const char *s) {
-    size_t n = strlen(s);
-    while (n) {
-        ssize_t w = write(t->fd, s, n);
-        if (w <= 0) return;
-        s += w, n -= (size_t)w;
-    }
-}
+static int until_prompt(term *t, double timeout) { return term_expect(t, "> ", timeout); }
 
 /* A fresh HOME for the runs of this process (history files land there). */
 static char home[64];
+
+/* The child's environment: no default model from outside, HOME as given (NULL: unset). */
+static void run_env(void *home_dir) {
+    unsetenv("CELER_DEFAULT_MODEL");
+    if (home_dir) setenv("HOME", home_dir, 1);
+    else unsetenv("HOME");
+}
 
 /* Starts `celer ARGS...` (argv[0] not included, NULL-terminated) in a terminal;
  * home_dir NULL: HOME unset. */
 static int start_argv(term *t, const char *home_dir, char *const *args) {
     const char *bin = getenv("CELER_BIN");
     if (!bin || !*bin) bin = "build/celer";
-    memset(t, 0, sizeof *t);
-    struct winsize ws = {40, 120, 0, 0};
-    t->pid = forkpty(&t->fd, NULL, NULL, &ws);
-    if (t->pid < 0) return -1;
-    if (t->pid == 0) {
-        char *argv[16];
-        int n = 0;
-        argv[n++] = (char *)bin;
-        for (; args[n - 1] && n < 15; n++) argv[n] = args[n - 1];
-        argv[n] = NULL;
-        unsetenv("CELER_DEFAULT_MODEL");
-        if (home_dir) setenv("HOME", home_dir, 1);
-        else unsetenv("HOME");
-        execv(bin, argv);
-        _exit(127);
-    }
-    return 0;
+    char *argv[16];
+    int n = 0;
+    argv[n++] = (char *)bin;
+    for (; args[n - 1] && n < 15; n++) argv[n] = args[n - 1];
+    argv[n] = NULL;
+    return term_start(t, 120, argv, run_env, (void *)home_dir);
 }
 
 /* Starts `celer run` on the default model in a terminal; home_dir NULL: HOME unset. */
@@ -114,45 +51,28 @@ static int start_in(term *t, const char *home_dir) {
 
 static int start(term *t) { return start_in(t, home); }
 
-static int finish(term *t) {
-    int st = 0;
-    double end = now() + 10;
-    while (now() < end) {
-        pid_t r = waitpid(t->pid, &st, WNOHANG);
-        if (r == t->pid) {
-            close(t->fd);
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        }
-        char tmp[4096];  /* drain so the child never blocks on a full terminal */
-        struct pollfd p = {t->fd, POLLIN, 0};
-        if (poll(&p, 1, 50) > 0 && read(t->fd, tmp, sizeof tmp) <= 0) usleep(10000);
-    }
-    kill(t->pid, SIGKILL);
-    waitpid(t->pid, &st, 0);
-    close(t->fd);
-    return -1;
-}
+static int finish(term *t) { return term_finish(t, 10); }
 
 static void two_turns_reuse_cache(void) {
     term t;
     CHECK(start(&t) == 0, "forkpty: %s", strerror(errno));
     if (t.pid <= 0) return;
     CHECK(until_prompt(&t, 30) == 0, "no first prompt");
-    say(&t, "In the beginning\r");
+    term_say(&t, "In the beginning\r");
     /* transformers' greedy answer to this chat (docs/default-model.md) */
-    CHECK(expect(&t, "of the reign of Asa king of Judah began Ahaziah", 30) == 0, "first answer missing");
+    CHECK(term_expect(&t, "of the reign of Asa king of Judah began Ahaziah", 30) == 0, "first answer missing");
     CHECK(until_prompt(&t, 30) == 0, "no prompt after the first answer");
-    say(&t, "Blessed are the\r");
+    term_say(&t, "Blessed are the\r");
     CHECK(until_prompt(&t, 30) == 0, "no prompt after the second answer");
-    say(&t, "/stats\r");
-    CHECK(expect(&t, "last turn: prompt ", 10) == 0, "/stats shows no last turn");
+    term_say(&t, "/stats\r");
+    CHECK(term_expect(&t, "last turn: prompt ", 10) == 0, "/stats shows no last turn");
     int fresh = -1, reused = -1;
-    wait_for(&t, "reused", 5, 0);  /* the rest of the line */
+    term_wait_for(&t, "reused", 5, 0);  /* the rest of the line */
     sscanf(t.buf, "%d new + %d", &fresh, &reused);
     CHECK(fresh > 0 && reused >= 36, "second turn: %d new + %d reused, want the first turn (>= 36 tokens) reused", fresh,
           reused);
     CHECK(until_prompt(&t, 10) == 0, "no prompt after /stats");
-    say(&t, "/quit\r");
+    term_say(&t, "/quit\r");
     int st = finish(&t);
     CHECK(st == 0, "exit status %d after /quit", st);
 }
@@ -162,19 +82,19 @@ static void ctrl_c_keeps_the_chat(void) {
     CHECK(start(&t) == 0, "forkpty: %s", strerror(errno));
     if (t.pid <= 0) return;
     CHECK(until_prompt(&t, 30) == 0, "no first prompt");
-    say(&t, "\003");  /* at the prompt: a fresh prompt */
+    term_say(&t, "\003");  /* at the prompt: a fresh prompt */
     CHECK(until_prompt(&t, 10) == 0, "no prompt after Ctrl-C at the prompt; output: %s", t.buf);
     /* greedy "hello" loops ("and of the Levites, ...") until the context is full:
      * Ctrl-C once it has started stops it, and the chat stays */
-    say(&t, "hello\r");
-    CHECK(expect(&t, "of the Levites", 30) == 0, "the long answer did not start");
-    say(&t, "\003");
-    CHECK(expect(&t, "interrupted]", 10) == 0, "the answer was not interrupted");
+    term_say(&t, "hello\r");
+    CHECK(term_expect(&t, "of the Levites", 30) == 0, "the long answer did not start");
+    term_say(&t, "\003");
+    CHECK(term_expect(&t, "interrupted]", 10) == 0, "the answer was not interrupted");
     CHECK(until_prompt(&t, 30) == 0, "no prompt after Ctrl-C during an answer");
-    say(&t, "/stats\r");
-    CHECK(expect(&t, "context: ", 10) == 0, "/stats after Ctrl-C");
+    term_say(&t, "/stats\r");
+    CHECK(term_expect(&t, "context: ", 10) == 0, "/stats after Ctrl-C");
     CHECK(until_prompt(&t, 10) == 0, "no prompt after /stats");
-    say(&t, "\004");  /* Ctrl-D leaves too */
+    term_say(&t, "\004");  /* Ctrl-D leaves too */
     int st = finish(&t);
     CHECK(st == 0, "exit status %d after Ctrl-D", st);
 }
@@ -188,7 +108,7 @@ static void ctrl_d_right_after_prompt(void) {
         CHECK(start(&t) == 0, "forkpty: %s", strerror(errno));
         if (t.pid <= 0) return;
         CHECK(until_prompt(&t, 30) == 0, "no first prompt");
-        say(&t, "/stats\r");
+        term_say(&t, "/stats\r");
         CHECK(until_prompt(&t, 10) == 0, "no prompt after /stats");
 #ifdef CELER_HAVE_EDITLINE
         /* the terminal (the master reports the slave's settings) is already out of
@@ -197,7 +117,7 @@ static void ctrl_d_right_after_prompt(void) {
         CHECK(tcgetattr(t.fd, &tio) == 0 && !(tio.c_lflag & ICANON), "run %d: canonical mode while the prompt shows",
               i);
 #endif
-        say(&t, "\004");
+        term_say(&t, "\004");
         int st = finish(&t);
         CHECK(st == 0, "run %d: exit status %d after Ctrl-D typed at once", i, st);
     }
@@ -210,10 +130,10 @@ static void loading_status_line(void) {
     char *args[] = {"run", "-p", "In the beginning", "--temp", "0", "-t", "2", NULL};
     CHECK(start_argv(&t, home, args) == 0, "forkpty: %s", strerror(errno));
     if (t.pid <= 0) return;
-    CHECK(expect(&t, "celer run: loading ", 30) == 0, "no loading line; output: %s", t.buf);
-    CHECK(expect(&t, "default (4.0 MiB in 1 file) ...", 5) == 0, "loading line lacks the size; output: %s", t.buf);
-    CHECK(expect(&t, "\r\033[K", 30) == 0, "the loading line was not erased; output: %s", t.buf);
-    CHECK(expect(&t, "of the reign of Asa king of Judah", 30) == 0, "no answer after loading; output: %s", t.buf);
+    CHECK(term_expect(&t, "celer run: loading ", 30) == 0, "no loading line; output: %s", t.buf);
+    CHECK(term_expect(&t, "default (4.0 MiB in 1 file) ...", 5) == 0, "loading line lacks the size; output: %s", t.buf);
+    CHECK(term_expect(&t, "\r\033[K", 30) == 0, "the loading line was not erased; output: %s", t.buf);
+    CHECK(term_expect(&t, "of the reign of Asa king of Judah", 30) == 0, "no answer after loading; output: %s", t.buf);
     CHECK(finish(&t) == 0, "exit status of run -p");
 }
 
@@ -235,10 +155,10 @@ static void line_editing_keys(void) {
     CHECK(start(&t) == 0, "forkpty: %s", strerror(errno));
     if (t.pid <= 0) return;
     CHECK(until_prompt(&t, 30) == 0, "no first prompt");
-    say(&t, "stats\001/\r");
-    CHECK(expect(&t, "context: 0 of ", 10) == 0, "Ctrl-A did not move to the start of the line; output: %s", t.buf);
+    term_say(&t, "stats\001/\r");
+    CHECK(term_expect(&t, "context: 0 of ", 10) == 0, "Ctrl-A did not move to the start of the line; output: %s", t.buf);
     CHECK(until_prompt(&t, 10) == 0, "no prompt after /stats");
-    say(&t, "/quit\r");
+    term_say(&t, "/quit\r");
     CHECK(finish(&t) == 0, "exit status after /quit");
 }
 
@@ -252,19 +172,19 @@ static void history_across_runs(void) {
     CHECK(start(&t) == 0, "forkpty: %s", strerror(errno));
     if (t.pid <= 0) return;
     CHECK(until_prompt(&t, 30) == 0, "no first prompt");
-    say(&t, "/system Let there be light\r");
-    CHECK(expect(&t, "(system prompt set)", 10) == 0, "/system");
+    term_say(&t, "/system Let there be light\r");
+    CHECK(term_expect(&t, "(system prompt set)", 10) == 0, "/system");
     CHECK(until_prompt(&t, 10) == 0, "no prompt after /system");
-    say(&t, "\004");
+    term_say(&t, "\004");
     CHECK(finish(&t) == 0, "exit status after Ctrl-D");
     CHECK(file_has(path, "Let"), "%s does not hold the line entered", path);
     CHECK(start(&t) == 0, "forkpty: %s", strerror(errno));
     if (t.pid <= 0) return;
     CHECK(until_prompt(&t, 30) == 0, "no first prompt (second run)");
-    say(&t, "\020\r");  /* Ctrl-P, Enter */
-    CHECK(expect(&t, "(system prompt set)", 10) == 0, "Ctrl-P did not recall the last run's line; output: %s", t.buf);
+    term_say(&t, "\020\r");  /* Ctrl-P, Enter */
+    CHECK(term_expect(&t, "(system prompt set)", 10) == 0, "Ctrl-P did not recall the last run's line; output: %s", t.buf);
     CHECK(until_prompt(&t, 10) == 0, "no prompt after the recalled line");
-    say(&t, "/quit\r");
+    term_say(&t, "/quit\r");
     CHECK(finish(&t) == 0, "exit status after /quit (second run)");
 }
 
@@ -274,10 +194,10 @@ static void no_home_no_history(void) {
     CHECK(start_in(&t, NULL) == 0, "forkpty: %s", strerror(errno));
     if (t.pid <= 0) return;
     CHECK(until_prompt(&t, 30) == 0, "no first prompt without HOME");
-    say(&t, "/stats\r");
-    CHECK(expect(&t, "context: ", 10) == 0, "/stats without HOME");
+    term_say(&t, "/stats\r");
+    CHECK(term_expect(&t, "context: ", 10) == 0, "/stats without HOME");
     CHECK(until_prompt(&t, 10) == 0, "no prompt after /stats");
-    say(&t, "/quit\r");
+    term_say(&t, "/quit\r");
     CHECK(finish(&t) == 0, "exit status without HOME");
 }
 #endif
