@@ -3,6 +3,7 @@
  * Header-only so each test binary stays one file. */
 #ifndef CELER_FIXTURE_UTIL_H
 #define CELER_FIXTURE_UTIL_H
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,34 @@ static inline int fixture_load(const char *dir, fixture_ref *r) {
 }
 
 static inline void fixture_free(fixture_ref *r) { st_close(r->ref); }
+
+#define FIXTURE_MODELS "tests/fixtures/models"
+#define FIXTURE_MAX 64
+
+static inline int fixture_name_cmp(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
+
+/* The model fixtures: the names of the directories FIXTURE_MODELS/<name> that hold a
+ * config.json, sorted, into names[FIXTURE_MAX]; their count, or -1 when the
+ * directory cannot be read (the tests run from the repository root). A new fixture
+ * is tested by every test that scans, with no list to update. */
+static inline int fixture_names(char names[FIXTURE_MAX][64]) {
+    DIR *d = opendir(FIXTURE_MODELS);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    char cfg[600];
+    while ((e = readdir(d)) && n < FIXTURE_MAX) {
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= 64) continue;
+        snprintf(cfg, sizeof cfg, FIXTURE_MODELS "/%s/config.json", e->d_name);
+        FILE *f = fopen(cfg, "r");
+        if (!f) continue;
+        fclose(f);
+        strcpy(names[n++], e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], fixture_name_cmp);
+    return n;
+}
 
 /* Rows of got [n, vocab] whose argmax differs from ref's where ref's top two logits
  * are more than `gap` apart (the GPU tolerance's argmax rule). */

@@ -8,13 +8,13 @@
  * windows (gemma3, gemma4, gpt_oss, exaone4) and per-layer head sizes (gemma4).
  * celer_model_kv_info must agree with it, and the registry's list must name every
  * family once with a title and model_types no two families share. */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "celer.h"
+#include "fixture_util.h"
 #include "harness.h"
 
 /* Fills a session of ctx tokens one token at a time; every step compares. */
@@ -98,21 +98,13 @@ static void check_dir(const char *dir, const char *name) {
 }
 
 static void every_fixture(void) {
-    DIR *d = opendir("tests/fixtures/models");
-    CHECK(d != NULL, "cannot list tests/fixtures/models");
-    if (!d) return;
-    struct dirent *e;
-    char dir[512], cfg[600];
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(dir, sizeof dir, "tests/fixtures/models/%s", e->d_name);
-        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-        FILE *f = fopen(cfg, "r");
-        if (!f) continue;
-        fclose(f);
-        check_dir(dir, e->d_name);
+    char names[FIXTURE_MAX][64], dir[600];
+    int n = fixture_names(names);
+    CHECK(n >= 0, "cannot list " FIXTURE_MODELS);
+    for (int i = 0; i < n; i++) {
+        snprintf(dir, sizeof dir, FIXTURE_MODELS "/%.63s", names[i]);
+        check_dir(dir, names[i]);
     }
-    closedir(d);
     check_dir("models/default", "models/default");
     CHECK(n_checked >= 12, "only %d models checked", n_checked);
     CHECK(saw_shared && saw_rotating, "no fixture with %s", saw_shared ? "rotating caches" : "shared layers");
