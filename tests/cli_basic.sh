@@ -2,21 +2,7 @@
 # tests/cli_basic.sh: the `celer` command as scripts use it: --help everywhere,
 # usage errors exit 2 naming the flag, model errors exit 1 naming the file, and the
 # outputs (logits safetensors, generated ids, bench tables) in their exact forms.
-set -u
-C=${CELER_BIN:-build/celer}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()   { pass=$((pass + 1)); echo "ok   $1"; }
-bad()  { fail=$((fail + 1)); echo "FAIL $1"; }
-expect() { # name, wanted exit code, grep pattern for output (or ""), command...
-  local name=$1 want=$2 pat=$3; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$want" ]; then bad "$name (exit $rc, want $want): $out"; return; fi
-  if [ -n "$pat" ] && ! grep -q -- "$pat" <<<"$out"; then bad "$name: output lacks '$pat': $out"; return; fi
-  ok "$name"
-}
+. "$(dirname "$0")/lib.sh"
 M=tests/fixtures/models/llama
 
 for cmd in logits generate bench synth; do
@@ -79,5 +65,4 @@ if grep -q '"test": "pp16"' <<<"$out" && grep -q '"avg_ts"' <<<"$out" && [ "$(he
 err=$("$C" generate -m "$T/tiny" --tokens 1,2 -n 3 2>&1 >/dev/null)
 if [ -z "$err" ]; then ok "quiet in pipes"; else bad "stderr in a pipe: $err"; fi
 
-echo "@@ $pass passed $fail failed"
-[ "$fail" = 0 ]
+finish

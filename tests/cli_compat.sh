@@ -5,23 +5,8 @@
 # (-n, end-of-sequence, the default model, usage errors exit 2, help CMD, the
 # context inspect sizes the KV cache at). Outputs are compared with celer's own
 # spelling of the same request, or with figures from the fixtures' config.json.
-set -u
-C=${CELER_BIN:-build/celer}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+. "$(dirname "$0")/lib.sh"
 unset CELER_DEFAULT_MODEL
-pass=0; fail=0
-ok()   { pass=$((pass + 1)); echo "ok   $1"; }
-bad()  { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1: '$2' != '$3'"; fi }
-expect() { # name, wanted exit code, grep pattern for output (or ""), command...
-  local name=$1 want=$2 pat=$3; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$want" ]; then bad "$name (exit $rc, want $want): $out"; return; fi
-  if [ -n "$pat" ] && ! grep -q -- "$pat" <<<"$out"; then bad "$name: output lacks '$pat': $out"; return; fi
-  ok "$name"
-}
 M=tests/fixtures/models/llama   # no tokenizer; token 11 greedily gives 314,348 then EOS (2)
 D=models/default                # has a tokenizer and a chat template
 
@@ -140,5 +125,4 @@ check "inspect -c: given" "$("$C" inspect -m "$T/long" -c 100 | grep '^context:'
 check "inspect: a 1024 model" "$("$C" inspect -m "$D" | grep '^context:')" \
   "context:        1024 (the model's max context, as run and serve use by default)"
 
-echo "@@ $pass passed $fail failed"
-[ "$fail" = 0 ]
+finish

@@ -5,15 +5,9 @@
 # far from models/default) each is a usage error naming -m and the fix. The status
 # line while a model loads is for terminals only: nothing of it in a pipe
 # (tests/test_run_pty.c sees it on a terminal).
-set -u
-C=${CELER_BIN:-build/celer}
-T=$(mktemp -d)
+. "$(dirname "$0")/lib.sh"
 PID=""
-trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$T"' EXIT
 unset CELER_DEFAULT_MODEL LLAMA_ARG_MODEL
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 for cmd in generate logits bench serve inspect run cache; do
   out=$("$C" $cmd --help 2>&1); rc=$?
@@ -61,5 +55,4 @@ done
 out=$(cd "$T/empty" && "$T/bin/celer" run -p hi 2>&1); rc=$?
 if [ $rc = 1 ] && grep -q "default model .*was not found.*CELER_DEFAULT_MODEL" <<<"$out"; then ok "no default model: run"
 else bad "no default model: run ($rc): $out"; fi
-echo "@@ $pass passed $fail failed"
-[ $fail = 0 ]
+finish

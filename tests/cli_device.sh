@@ -4,11 +4,7 @@
 # plain auto falls back to the CPU where no GPU driver is present); bad values and a
 # GPU where none can be used are one clear error naming the device and a non-zero
 # exit. `make test-cuda` runs the GPU side on the GPU machine.
-set -u
-C=${CELER_BIN:-build/celer}
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+. "$(dirname "$0")/lib.sh"
 
 for cmd in generate logits bench serve run cache; do
   if "$C" $cmd --help 2>&1 | grep -q -- "--device DEV .*cpu, cuda, cuda:N or auto"; then ok "$cmd --help names --device"
@@ -41,5 +37,4 @@ if [ ! -e /dev/nvidiactl ]; then
     else bad "libceler-cuda.so's message did not reach the program ($rc): $out"; fi
   fi
 fi
-echo "@@ $pass passed $fail failed"
-[ $fail = 0 ]
+finish

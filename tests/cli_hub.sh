@@ -7,24 +7,9 @@
 #     a full download (blob names checked with sha256sum and git hash-object), then a
 #     generate from the cache; a resume after dropped connections; a corrupt file; 401
 #     (gated); 404.
-set -u
-C=${CELER_BIN:-build/celer}
+. "$(dirname "$0")/lib.sh"
 C=$(cd "$(dirname "$C")" && pwd)/$(basename "$C")
 ROOT=$(pwd)
-T=$(mktemp -d)
-srv=""
-trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-expect() { # name, wanted exit code, grep pattern for output (or ""), command...
-  local name=$1 want=$2 pat=$3; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$want" ]; then bad "$name (exit $rc, want $want): $out"; return; fi
-  if [ -n "$pat" ] && ! grep -q -- "$pat" <<<"$out"; then bad "$name: output lacks '$pat': $out"; return; fi
-  ok "$name"
-}
 M=tests/fixtures/models
 # transformers' greedy continuations of the fixtures (40 prompt tokens, 40 generated)
 ref() { node tests/hub/refseq.mjs "$M/$1/ref.safetensors" seq_a "$2" "$3"; }
@@ -126,10 +111,10 @@ mkdir -p "$R/noblobs/tiny-llama" && cp "$T/split/"* "$R/noblobs/tiny-llama/"
 echo '{}' > "$T/faults"
 : > "$T/log"
 node tests/hub/hubserver.mjs "$R" "$T/faults" "$T/log" > "$T/port" &
-srv=$!
+srv=$!; PIDS="$PIDS $srv"
 for _ in $(seq 1 100); do [ -s "$T/port" ] && break; sleep 0.1; done
 PORT=$(cat "$T/port")
-if [ -z "$PORT" ]; then bad "the test hub server did not start"; echo "@@ $pass passed $fail failed"; exit 1; fi
+if [ -z "$PORT" ]; then bad "the test hub server did not start"; finish; fi
 P="env HF_ENDPOINT=http://127.0.0.1:$PORT HF_HUB_CACHE=$T/pc"
 RD=$T/pc/models--test-org--tiny-llama
 commit=$(printf '%s' test-org/tiny-llama | sha1sum | cut -c1-40)   # the server's commit
@@ -224,5 +209,4 @@ out=$(HF_TOKEN=hf_secret_value "$C" --help-env 2>&1)
 if grep -q 'HF_TOKEN.*\[set: \*\*\*\]' <<<"$out" && ! grep -q hf_secret_value <<<"$out"; then ok "--help-env hides HF_TOKEN"
 else bad "--help-env shows HF_TOKEN: $out"; fi
 expect "pull --help" 0 "usage: celer pull ORG/NAME" "$C" pull --help
-echo "@@ $pass passed $fail failed"
-[ $fail = 0 ]
+finish

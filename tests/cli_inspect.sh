@@ -3,15 +3,8 @@
 # values the loader names when it refuses one) and `celer inspect` (parameters,
 # formats, weight bytes, KV bytes per token and per context by cache kind, whether it
 # fits) against figures computed by hand from the fixtures' config.json files.
-set -u
-C=${CELER_BIN:-build/celer}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+. "$(dirname "$0")/lib.sh"
 unset CELER_DEFAULT_MODEL
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1: '$2' != '$3'"; fi }
 line() { grep "^$1" <<<"$2"; }  # the line of inspect's output that starts with $1
 expect() { # name, wanted exit code, grep pattern for output, command...
   local name=$1 want=$2 pat=$3; shift 3
@@ -106,5 +99,4 @@ expect "-c 0" 2 "flag '--ctx-size' wants an integer in 1" "$C" inspect -c 0
 expect "inspect missing dir" 1 "$T/none" "$C" inspect -m "$T/none"
 expect "inspect unknown flag" 2 "unknown flag '--frobnicate'" "$C" inspect --frobnicate
 expect "inspect --help" 0 "KV cache bytes per token" "$C" inspect --help
-echo "@@ $pass passed $fail failed"
-[ $fail = 0 ]
+finish

@@ -7,15 +7,7 @@
 # is closed), and bad flag values (exit 2). The queue limit (--queue-size, 503) and
 # the context limit are tested in tests/cli_serve.sh (queue.mjs, bad.mjs); the file
 # and template limits in tests/test_limits.c.
-set -u
-C=${CELER_BIN:-build/celer}
-T=$(mktemp -d)
-pass=0; fail=0; PIDS=""
-cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-finish() { echo "@@ $pass passed $fail failed"; [ "$fail" = 0 ]; exit $?; }
+. "$(dirname "$0")/lib.sh"
 
 if ! command -v node >/dev/null; then bad "node is needed (scripts/deps.sh installs Debian's nodejs)"; finish; fi
 # post PATH BODY: status line, then the body

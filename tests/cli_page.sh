@@ -5,16 +5,8 @@
 # 127.0.0.1 (--port 0, the port read back from the log) with models/default, without
 # and with --api-key. Screenshots: BUILD/page/page.png and page-key.png. Every wait is
 # bounded.
-set -u
-C=${CELER_BIN:-build/celer}
+. "$(dirname "$0")/lib.sh"
 B=$(dirname "$C")
-T=$(mktemp -d)
-pass=0; fail=0; PIDS=""
-cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-finish() { echo "@@ $pass passed $fail failed"; [ "$fail" = 0 ]; exit $?; }
 
 # ---- --version: the VERSION file and the commit the binary was built from ----
 want_v=$(tr -d '[:space:]' <VERSION)

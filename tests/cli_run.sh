@@ -3,12 +3,7 @@
 # input closed (default model, greedy: transformers' answer), the model given as
 # MODEL_DIR or -m, turns read from a pipe, --quiet, --stop, and `generate -p`
 # printing text.
-set -u
-C=${CELER_BIN:-build/celer}
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1: '$2' != '$3'"; fi }
+. "$(dirname "$0")/lib.sh"
 
 # transformers' greedy answer to [{user: "In the beginning"}] (docs/default-model.md)
 want="of the reign of Asa king of Judah began Ahaziah the son of Ahaziah king of Judah king of Judah, and reigned in his stead."
@@ -39,5 +34,4 @@ if [ $rc = 2 ] && grep -q -- "--stop needs a text prompt" <<<"$out"; then ok "--
 out=$(printf 'In the beginning\nAnd it came to pass\nBlessed are\nThe LORD\n' | "$C" run --temp 0 -c 128 -n 40 2>&1); rc=$?
 if [ $rc = 0 ] && grep -q "^(dropped the 1 oldest exchange to fit the context)$" <<<"$out"; then ok "context full drops old turns"
 else bad "context full drops old turns: $rc $out"; fi
-echo "@@ $pass passed $fail failed"
-[ $fail = 0 ]
+finish

@@ -2,14 +2,9 @@
 # tests/cli_sampling.sh: `celer generate`'s sampling flags on the default model:
 # greedy stays the default (and equals --temp 0 and transformers' ids), a seed
 # reproduces its output, a stop token ends it, and bad values are usage errors.
-set -u
-C=${CELER_BIN:-build/celer}
+. "$(dirname "$0")/lib.sh"
 M=models/default
 P=0,301,359,477,294,606   # "And it came to pass"
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1: '$2' != '$3'"; fi }
 
 want=17,439,264,416,506,3301,372,491,294,264,416,506   # transformers' greedy ids
 check "greedy default" "$("$C" generate -m $M --tokens $P -n 12 2>/dev/null)" "$want"
@@ -26,5 +21,4 @@ out=$("$C" generate -m $M --tokens $P --top-p 1.5 2>&1); rc=$?
 if [ $rc = 2 ] && grep -q "flag '--top-p' wants a number" <<<"$out"; then ok "bad --top-p"; else bad "bad --top-p: $rc $out"; fi
 out=$("$C" generate -m $M --tokens $P --stop-token 5000 2>&1); rc=$?
 if [ $rc = 1 ] && grep -q "stop token 5000" <<<"$out"; then ok "stop token outside vocab"; else bad "stop token outside vocab: $rc $out"; fi
-echo "@@ $pass passed $fail failed"
-[ $fail = 0 ]
+finish

@@ -7,16 +7,8 @@
 # concurrent greedy streams = alone), bad input, a full queue, the second-turn prompt
 # cache on the gemma3 and gpt_oss fixtures, a disconnect mid-stream, /metrics KV bytes
 # equal to celer inspect's (gemma4_moe, llama), SIGTERM draining.
-set -u
-C=${CELER_BIN:-build/celer}
+. "$(dirname "$0")/lib.sh"
 B=$(dirname "$C")
-T=$(mktemp -d)
-pass=0; fail=0; PIDS=""
-cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-finish() { echo "@@ $pass passed $fail failed"; [ "$fail" = 0 ]; exit $?; }
 
 # get URL [KEY]: status line, then the body
 get() { timeout 60 node tests/server/get.mjs "$@"; }

@@ -7,15 +7,7 @@
 # and --requests-ram, and HTTP details (half-closed clients, conflicting
 # Content-Length, unsupported Transfer-Encoding, an endless chunked body, ids and
 # max_tokens out of range). Under SAN=1 the server's exit status carries any leak.
-set -u
-C=${CELER_BIN:-build/celer}
-T=$(mktemp -d)
-pass=0; fail=0; PIDS=""
-cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-finish() { echo "@@ $pass passed $fail failed"; [ "$fail" = 0 ]; exit $?; }
+. "$(dirname "$0")/lib.sh"
 if ! command -v node >/dev/null; then bad "node is needed (scripts/deps.sh installs Debian's nodejs)"; finish; fi
 
 start() {

@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # tests/cli_settings.sh: the settings table (src/base/settings.h) is the only reader
 # of the environment; `celer --help-env` prints it; bad values warn and fall back.
-set -u
-C=${CELER_BIN:-build/celer}
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+. "$(dirname "$0")/lib.sh"
 out=$("$C" --help-env 2>&1); rc=$?
 if [ $rc = 0 ] && grep -q '^  CELER_DEVICE ' <<<"$out" && grep -q 'CELER_KV_INPLACE_WRITE' <<<"$out"; then ok "--help-env lists the table"
 else bad "--help-env (exit $rc): $out"; fi
@@ -27,5 +23,4 @@ for name in $(grep -o '^ *X([A-Z_0-9]*' src/base/settings.h | sed 's/.*X(//'); d
   grep -q "\`$name\`" docs/settings.md || missing="$missing $name"
 done
 if [ -z "$missing" ]; then ok "docs/settings.md names every setting"; else bad "docs/settings.md lacks:$missing"; fi
-echo "@@ $pass passed $fail failed"
-[ $fail = 0 ]
+finish
