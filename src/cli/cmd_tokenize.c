@@ -34,6 +34,22 @@ static celer_tokenizer *open_tokenizer(const args *a, const char *dir) {
     return t;
 }
 
+/* The start of tokenize and detokenize: parses the command line and opens the
+ * tokenizer. NULL when the command is over, *status its exit status (0 after --help,
+ * 2 on a usage error, 1 when the tokenizer does not open); else *status is 0. */
+static celer_tokenizer *start_tokenizer(args *a, int argc, char **argv, int *status) {
+    int rc = args_parse(a, argc, argv);
+    if (rc) {
+        *status = rc == 1 ? 0 : 2;
+        return NULL;
+    }
+    char defbuf[PATH_MAX + 64];
+    const char *dir = tokenizer_dir(a, defbuf, sizeof defbuf);
+    celer_tokenizer *t = dir ? open_tokenizer(a, dir) : NULL;
+    *status = t ? 0 : dir ? 1 : 2;
+    return t;
+}
+
 /* Writes s as a JSON string (UTF-8 kept, as json.dumps(ensure_ascii=False)). */
 static void put_json_string(FILE *f, const char *s, size_t n) {
     fputc('"', f);
@@ -81,14 +97,10 @@ int cmd_tokenize(int argc, char **argv) {
     args a = {"tokenize", "[--tokenizer DIR|ORG/NAME] [--special] [--text STR]",
               "Reads one JSON string per line on standard input and prints one JSON array of token ids per line.",
               tok_opts, 4, {0}};
-    int rc = args_parse(&a, argc, argv);
-    if (rc) return rc == 1 ? 0 : 2;
-    char defbuf[PATH_MAX + 64];
-    const char *dir = tokenizer_dir(&a, defbuf, sizeof defbuf);
-    if (!dir) return 2;
-    celer_tokenizer *t = open_tokenizer(&a, dir);
-    if (!t) return 1;
-    int special = args_get(&a, "--special") != NULL, status = 0;
+    int status;
+    celer_tokenizer *t = start_tokenizer(&a, argc, argv, &status);
+    if (!t) return status;
+    int special = args_get(&a, "--special") != NULL;
     const char *text = args_get(&a, "--text");
     int32_t *ids;
     if (text) {
@@ -143,14 +155,10 @@ int cmd_detokenize(int argc, char **argv) {
     args a = {"detokenize", "[--tokenizer DIR|ORG/NAME] [--skip-special]",
               "Reads one JSON array of token ids per line on standard input and prints one JSON string per line.",
               detok_opts, 3, {0}};
-    int rc = args_parse(&a, argc, argv);
-    if (rc) return rc == 1 ? 0 : 2;
-    char defbuf[PATH_MAX + 64];
-    const char *dir = tokenizer_dir(&a, defbuf, sizeof defbuf);
-    if (!dir) return 2;
-    celer_tokenizer *t = open_tokenizer(&a, dir);
-    if (!t) return 1;
-    int skip = args_get(&a, "--skip-special") != NULL, status = 0;
+    int status;
+    celer_tokenizer *t = start_tokenizer(&a, argc, argv, &status);
+    if (!t) return status;
+    int skip = args_get(&a, "--skip-special") != NULL;
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
