@@ -77,6 +77,19 @@ static inline int fixture_names(char names[FIXTURE_MAX][64]) {
     return n;
 }
 
+/* One case (harness.h's RUN_CASE) of fn(name) for every model fixture; fewer than
+ * `least` fixtures (a lost directory) is one more failure. */
+#define FIXTURE_CASES(fn, least)                                                        \
+    do {                                                                                \
+        char fx_names_[FIXTURE_MAX][64];                                                \
+        int fx_n_ = fixture_names(fx_names_);                                           \
+        for (int fx_i_ = 0; fx_i_ < fx_n_; fx_i_++) RUN_CASE(fx_names_[fx_i_], fn(fx_names_[fx_i_])); \
+        if (fx_n_ < (least)) {                                                          \
+            printf("FAIL only %d model fixtures in " FIXTURE_MODELS "\n", fx_n_);       \
+            h_failed++;                                                                 \
+        }                                                                               \
+    } while (0)
+
 /* Rows of got [n, vocab] whose argmax differs from ref's where ref's top two logits
  * are more than `gap` apart (the GPU tolerance's argmax rule). */
 static inline int fixture_argmax_flips(const float *got, const float *ref, int n, int vocab, float gap) {

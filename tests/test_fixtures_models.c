@@ -110,12 +110,6 @@ static void check_model(const char *name) {
 }
 
 int main(void) {
-    char names[FIXTURE_MAX][64];
-    int n = fixture_names(names);
-    for (int i = 0; i < n; i++) RUN_CASE(names[i], check_model(names[i]));
-    if (n < 20) { /* the twenty families and formats this file was written with */
-        printf("FAIL only %d model fixtures in " FIXTURE_MODELS "\n", n);
-        h_failed++;
-    }
+    FIXTURE_CASES(check_model, 20); /* the twenty families and formats this file was written with */
     return harness_done();
 }

@@ -350,13 +350,7 @@ static void bad_cache_files(void) {
 }
 
 int main(void) {
-    char names[FIXTURE_MAX][64];
-    int n = fixture_names(names);
-    for (int i = 0; i < n; i++) RUN_CASE(names[i], check_model(names[i]));
-    if (n < 20) { /* the twenty families and formats this file was written with */
-        printf("FAIL only %d model fixtures in " FIXTURE_MODELS "\n", n);
-        h_failed++;
-    }
+    FIXTURE_CASES(check_model, 20); /* the twenty families and formats this file was written with */
     RUN(llama_window);
     RUN(bad_cache_files);
     return harness_done();
