@@ -12,9 +12,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
-    /* Wire-mode inputs (a live server over a socket) only with CELER_FUZZ_WIRE=1: a
-     * stall of the live server past 8 s, seen under fuzzing and never on replay, is
-     * open (docs/limits.md); tests/test_fuzz_regress.c replays the wire seeds always. */
+    /* Wire-mode inputs (a live server over a socket) only with CELER_FUZZ_WIRE=1, which
+     * CI's run sets (.ci/run); tests/test_fuzz_regress.c replays the wire seeds always.
+     * The "stall" they once showed was libFuzzer's alarm cutting the harness's poll
+     * short (docs/limits.md). */
     static int wire = -1;
     if (wire < 0) wire = setting_flag(SET_CELER_FUZZ_WIRE);
     if (n > 0 && (data[0] & 0x80) && !wire) return 0;

@@ -22,10 +22,9 @@ for n in $names; do
   seeds=fuzz/seeds/$n; [ -d "$seeds" ] || seeds=
   regress=fuzz/regress/$n; [ -d "$regress" ] || regress=
   dict=; [ -f fuzz/$n.dict ] && dict=-dict=fuzz/$n.dict   # tokens of the format (fuzz/fuzz_jinja.dict)
-  # the live-server harness is multi-threaded: libFuzzer's per-input leak re-run counts
-  # the server threads' allocations and once stalled a wire-mode input past its 8 s (CI,
-  # 2026-12-01); the server's leaks are checked by LeakSanitizer at the exit of every
-  # server in `make test SAN=1`
+  # the live-server harness is multi-threaded: libFuzzer's per-input leak re-run would
+  # count the server threads' allocations as the input's; the server's leaks are
+  # checked by LeakSanitizer at the exit of every server in `make test SAN=1`
   leaks=; [ "$n" = fuzz_server_request ] && leaks=-detect_leaks=0
   echo "== $n: ${secs}s"
   if ! $B/fuzz/$n $dict $leaks -max_total_time="$secs" -timeout=10 -rss_limit_mb=2560 -max_len=65536 \
