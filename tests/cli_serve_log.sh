@@ -60,10 +60,29 @@ out=$("$C" serve --log-format xml --port 0 2>&1); rc=$?
 out=$("$C" serve --quiet -v --port 0 2>&1); rc=$?
 [ "$rc" = 2 ] && grep -q -- "--quiet and --verbose" <<<"$out" && ok "--quiet -v: exit 2" || bad "--quiet -v (exit $rc): $out"
 
+# ---- docs/server.md names every flag and every endpoint ----
+missing=""
+for f in $("$C" serve --help 2>&1 | grep -o '^  \(-[a-z]*, \)\?--[a-z-]*' | grep -o -- '--[a-z-]*$'); do
+  [ "$f" = --help ] && continue
+  grep -q -- "\(\`\|, \)$f[\` ]" docs/server.md || missing="$missing $f"
+done
+[ -z "$missing" ] && ok "docs/server.md: every flag of serve --help" || bad "docs/server.md lacks the flags:$missing"
+missing=""
+for p in $(grep -o '^    {"/[^"]*", \("/[^"]*"\|NULL\)' src/server/endpoints.c | grep -o '"/[^"]*"' | tr -d '"'); do
+  grep -q -- "\`\(GET \|POST \)\?$p\`" docs/server.md || missing="$missing $p"
+done
+[ -z "$missing" ] && ok "docs/server.md: every endpoint and alias" || bad "docs/server.md lacks the endpoints:$missing"
+
 KEY=log-key-$$
 # ---- text log, timings, ids, /slots ----
-if start text -m models/default -c 1024 -np 2 --slots --api-key "$KEY"; then
+if start text -m models/default -c 1024 -np 2 --slots --api-key "$KEY" --metrics; then
   node_case text "$PORT" "$T/text.log" "$KEY"
+  # every metric name /metrics exports is documented
+  missing=""
+  for m in $(timeout 10 node tests/server/get.mjs "http://127.0.0.1:$PORT/metrics" "$KEY" | grep -o '^[a-z][a-z_:]*' | sed 's/_\(bucket\|sum\|count\)$//' | sort -u); do
+    grep -q -- "\`$m[\`{]" docs/server.md || missing="$missing $m"
+  done
+  [ -z "$missing" ] && ok "docs/server.md: every metric name" || bad "docs/server.md lacks the metrics:$missing"
   stop "$PID" && ok "text server: clean exit" || bad "text server exit: $(tail -3 "$T/text.log")"
   grep -q '^celer serve: stopped$' "$T/text.log" && ok "text: the shutdown lines" || bad "text: no 'stopped' line: $(tail -3 "$T/text.log")"
 fi

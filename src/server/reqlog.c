@@ -178,7 +178,7 @@ void srv_log_request(const srv_config *cfg, srv_reqlog *r) {
     now_iso(when, sizeof when);
     job_view v;
     if (r->job) view_job(r->job, &v);
-    double tps = r->job ? per(v.t.predicted_n * 1e3, v.t.predicted_ms) : 0;
+    double tps = r->job ? per(v.t.predicted_n * 1e3, r3(v.t.predicted_ms)) : 0; /* = timings.predicted_per_second */
     srv_buf b = {0};
     if (!cfg->log_json) {
         /* 2026-12-01T14:03:07.123Z 127.0.0.1:51234 POST /v1/chat/completions 200 prompt=12 cached=0 gen=40 ttft_ms=35.1 tok_s=151.2 total_ms=310.4 */
@@ -243,7 +243,7 @@ void srv_log_request(const srv_config *cfg, srv_reqlog *r) {
             json_object_set_new(o, "content_type", jtext(r->content_type));
             json_object_set_new(o, "user_agent", jtext(r->user_agent));
         }
-        char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
         json_decref(o);
         if (line) srv_buf_add(&b, line, strlen(line));
         free(line);
@@ -265,7 +265,7 @@ void srv_log_msg(const srv_config *cfg, const char *level, const char *fmt, ...)
         char when[40];
         now_iso(when, sizeof when);
         json_t *o = json_pack("{s:s, s:s, s:o}", "time", when, "level", level, "message", jtext(msg));
-        char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12)) : NULL;
         json_decref(o);
         if (line) srv_buf_add(&b, line, strlen(line));
         free(line);
@@ -305,7 +305,7 @@ char *srv_slots_json(srv *s) {
         json_array_append_new(a, o);
     }
     free(in);
-    char *out = json_dumps(a, JSON_COMPACT);
+    char *out = json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(12));
     json_decref(a);
     return out;
 }
