@@ -172,7 +172,7 @@ static void view_job(srv_job *j, job_view *v) {
 
 void srv_log_request(const srv_config *cfg, srv_reqlog *r) {
     int failed = r->status >= 400 && !r->disconnected;
-    if (cfg->quiet && !failed) return;
+    if (cfg->no_log || (cfg->quiet && !failed)) return;
     double total_ms = (srv_now() - r->t0) * 1e3;
     char when[40];
     now_iso(when, sizeof when);

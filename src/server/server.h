@@ -67,6 +67,7 @@ typedef struct {
     int verbose;                /* the request log adds headers, sampling, slot, finish reason */
     int log_json;               /* stderr lines are JSON objects (--log-format json) */
     int slots;                  /* serve GET /slots */
+    int no_log;                 /* no request log at all (fuzz/: inputs by the million) */
     const char *cors_origin;    /* Access-Control-Allow-Origin for every answer, or NULL */
     int strict_model;           /* a request naming another model gets 404 (default: served) */
     int parse_special_in_content; /* special tokens in message text are control tokens (default: text) */
