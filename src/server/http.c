@@ -219,8 +219,6 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, int kind, conn
     }
     srv_job *j = srv_job_new(r, kind == SRV_CHAT ? "chatcmpl" : "cmpl");
     if (!j) return reply_error(s, c, cc, 500, celer_last_error(), NULL);
-    srv_job_ref(j); /* the request log's: its counts and times are read when the request completes */
-    cc->log.job = j;
     if (srv_sched_submit(s->sched, j) != 0) {
         srv_job_unref(j);
         return reply_error(s, c, cc, 503,
@@ -229,6 +227,8 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, int kind, conn
                                : "the server is busy: the request queue is full (--queue-size); try again later",
                            NULL);
     }
+    srv_job_ref(j); /* the request log's: its counts and times are read when the request completes */
+    cc->log.job = j;
     /* the prompt is tokens now: the parse's memory is free again */
     guard_unreserve(s, cc->conn, cc->parse_cost);
     cc->parse_cost = 0;
