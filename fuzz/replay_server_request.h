@@ -95,6 +95,7 @@ static srv *rs_live_server(void) {
     cfg.timeout_s = 5;
     cfg.header_timeout_s = 1;
     cfg.quiet = 1;
+    cfg.no_log = 1; /* no request log line per input */
     srv *s = srv_start(&cfg);
     if (!s) return NULL;
     if (!(s->tok = celer_tokenizer_open("models/default"))) {

@@ -46,6 +46,7 @@
     X(LLAMA_API_KEY, STR, NULL, "serve: --api-key")                                                                \
     X(LLAMA_ARG_ENDPOINT_METRICS, STR, NULL, "serve: --metrics (1/true/on/enabled)")                               \
     X(LLAMA_ARG_NO_CACHE_PROMPT, STR, NULL, "serve: --no-cache-prompt (1/true/on/enabled)")                        \
+    X(LLAMA_ARG_ENDPOINT_SLOTS, STR, NULL, "serve: --slots (1/true/on/enabled)")                                   \
     X(LLAMA_ARG_CACHE_PROMPT, STR, NULL, "serve: 0/false turns the prompt cache off (the positive spelling)")      \
     X(LLAMA_ARG_CACHE_RAM, STR, NULL, "serve: --cache-ram")                                                        \
     X(LLAMA_ARG_TIMEOUT, STR, NULL, "serve: --timeout")

@@ -48,7 +48,11 @@ static const opt_spec opts[] = {
                                       "CORS headers and preflight answers (default: none)"},
     {"--strict-model", NULL, NULL, "answer 404 to a request whose \"model\" is not this model's id (default: any name "
                                    "gets this model, and the response names it)"},
-    {"--quiet", NULL, NULL, "print nothing but errors"},
+    {"--slots", NULL, NULL, "serve GET /slots (each slot's task, context and sampling parameters)"},
+    {"--log-format", NULL, "FMT", "text or json: the request log (one line per request on stderr) and the "
+                                  "server's messages (default text)"},
+    {"--verbose", "-v", NULL, "more in each request's log line: id, slot, finish reason, sampling, headers"},
+    {"--quiet", NULL, NULL, "print nothing but errors (failed requests, fatal errors)"},
 };
 
 /* llama-server's environment variables, used when the flag is absent. */
@@ -61,6 +65,7 @@ static const struct {
     {"LLAMA_ARG_N_PREDICT", "--n-predict"}, {"LLAMA_ARG_THREADS", "--threads"},
     {"LLAMA_ARG_BATCH", "--batch-size"},    {"LLAMA_API_KEY", "--api-key"},
     {"LLAMA_ARG_ENDPOINT_METRICS", "--metrics"}, {"LLAMA_ARG_NO_CACHE_PROMPT", "--no-cache-prompt"},
+    {"LLAMA_ARG_ENDPOINT_SLOTS", "--slots"},
     {"LLAMA_ARG_CACHE_RAM", "--cache-ram"},     {"LLAMA_ARG_TIMEOUT", "--timeout"},
 };
 
@@ -86,7 +91,8 @@ static void apply_env(args *a) {
 int cmd_serve(int argc, char **argv) {
     args a = {"serve", "[-m DIR|ORG/NAME] [--host ADDR] [--port N] [-np N] [-c N] [--api-key KEY] [--metrics] ...",
               "Serves the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, "
-              "/v1/models, /health, /metrics, /completion, /tokenize, /detokenize) until SIGTERM.",
+              "/v1/models, /health, /metrics, /slots, /props, /completion, /tokenize, /detokenize, and a chat page at /) until "
+              "SIGTERM. One log line per request on stderr.",
               opts, (int)(sizeof opts / sizeof opts[0]), {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
@@ -135,6 +141,18 @@ int cmd_serve(int argc, char **argv) {
     cfg.min_body_rate = (int)(body_rate > INT_MAX ? INT_MAX : body_rate);
     cfg.requests_ram = (size_t)req_ram << 20;
     cfg.quiet = args_get(&a, "--quiet") != NULL;
+    cfg.verbose = args_get(&a, "--verbose") != NULL;
+    cfg.slots = args_get(&a, "--slots") != NULL;
+    const char *lf = args_get(&a, "--log-format");
+    if (lf && strcmp(lf, "text") != 0 && strcmp(lf, "json") != 0) {
+        args_usage_error(&a, "--log-format: '%s' is not a log format: use text or json", lf);
+        return 2;
+    }
+    cfg.log_json = lf && strcmp(lf, "json") == 0;
+    if (cfg.quiet && cfg.verbose) {
+        args_usage_error(&a, "--quiet and --verbose contradict each other: give one");
+        return 2;
+    }
     cfg.strict_model = args_get(&a, "--strict-model") != NULL;
     cfg.cors_origin = args_get(&a, "--cors-origin");
     for (const char *o = cfg.cors_origin; o && *o; o++)
@@ -154,24 +172,25 @@ int cmd_serve(int argc, char **argv) {
 
     srv *s = srv_start(&cfg);
     if (!s) {
-        cli_error("serve", "%s", celer_last_error());
+        if (cfg.log_json) srv_log_msg(&cfg, "error", "%s", celer_last_error());
+        else cli_error("serve", "%s", celer_last_error());
         return 1;
     }
-    if (!cfg.quiet) fprintf(stderr, "celer serve: listening on http://%s:%d\n", cfg.host, s->port);
+    srv_log_msg(&cfg, "info", "listening on http://%s:%d", cfg.host, s->port);
     if (srv_load(s) != 0) {
-        cli_error("serve", "%s", celer_last_error());
+        if (cfg.log_json) srv_log_msg(&cfg, "error", "%s", celer_last_error());
+        else cli_error("serve", "%s", celer_last_error());
         srv_stop(s);
         srv_free(s);
         return 1;
     }
-    if (!cfg.quiet)
-        fprintf(stderr, "celer serve: model %s ready (%s, %s): %d slots x %d tokens of context\n", s->model_id,
-                s->info.model_type, s->info.format, cfg.n_parallel, s->cfg.ctx_size);
+    srv_log_msg(&cfg, "info", "model %s ready (%s, %s): %d slots x %d tokens of context", s->model_id, s->info.model_type,
+                s->info.format, cfg.n_parallel, s->cfg.ctx_size);
     int sig = 0;
     sigwait(&set, &sig);
-    if (!cfg.quiet) fprintf(stderr, "celer serve: %s: finishing in-flight requests\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_log_msg(&cfg, "info", "%s: finishing in-flight requests", sig == SIGINT ? "SIGINT" : "SIGTERM");
     srv_stop(s);
     srv_free(s);
-    if (!cfg.quiet) fprintf(stderr, "celer serve: stopped\n");
+    srv_log_msg(&cfg, "info", "stopped");
     return 0;
 }

@@ -53,6 +53,21 @@ static char *props(srv *s, const char *body, size_t len, int *status, const char
     return out;
 }
 
+/* llama-server's /slots: each slot's task, context and sampling (reqlog.c). Off
+ * unless --slots, as in llama-server (it shows other clients' parameters). */
+static char *slots(srv *s, const char *body, size_t len, int *status, const char **ctype) {
+    (void)body, (void)len, (void)ctype;
+    if (!s->cfg.slots) {
+        *status = 501;
+        return openai_error_json(501, "This server does not support the slots endpoint: start it with --slots", NULL);
+    }
+    if (!s->sched) {
+        *status = 503;
+        return openai_error_json(503, "Loading model", NULL);
+    }
+    return srv_slots_json(s);
+}
+
 static const srv_endpoint table[] = {
     /* path                   alias                method  public kind          generation      handler */
     {"/health", "/v1/health", "GET", 1, SRV_EP_HEALTH, 0, NULL},
@@ -60,6 +75,7 @@ static const srv_endpoint table[] = {
     {"/v1/models", "/models", "GET", 1, SRV_EP_HANDLER, 0, models},
     {"/props", NULL, "GET", 0, SRV_EP_HANDLER, 0, props},
     {"/metrics", NULL, "GET", 0, SRV_EP_HANDLER, 0, metrics},
+    {"/slots", NULL, "GET", 0, SRV_EP_HANDLER, 0, slots},
     {"/tokenize", NULL, "POST", 0, SRV_EP_HANDLER, 0, tokenize},
     {"/detokenize", NULL, "POST", 0, SRV_EP_HANDLER, 0, detokenize},
     {"/v1/chat/completions", "/chat/completions", "POST", 0, SRV_EP_GENERATE, SRV_CHAT, NULL},

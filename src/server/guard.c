@@ -35,7 +35,8 @@ struct srv_conn {
     int kept;                 /* a request was answered before on this connection */
     double t_phase;           /* monotonic seconds: when the phase began */
     uint64_t body;            /* body bytes of the current request so far */
-    int answered;             /* an early answer went out on the socket */
+    int answered;             /* an early answer went out on the socket: its status */
+    char msg[160];            /* and its message (the request log's error) */
     size_t reserved;          /* request memory held (--requests-ram) */
 };
 
@@ -64,7 +65,16 @@ static const char *reason(int status) {
 /* Writes a whole response with Connection: close; mu held. 0 when it went out. */
 static int answer_locked(srv *s, srv_conn *c, int status, const char *msg) {
     if (c->answered || c->fd < 0) return -1;
-    c->answered = 1;
+    c->answered = status;
+    snprintf(c->msg, sizeof c->msg, "%s", msg);
+    if (c->phase == SRV_CONN_HEADERS) { /* no request yet, so http.c logs nothing: the line goes out here */
+        srv_reqlog l = {.t0 = c->t_phase, .status = status};
+        snprintf(l.method, sizeof l.method, "-");
+        snprintf(l.path, sizeof l.path, "-");
+        snprintf(l.error, sizeof l.error, "%s", msg);
+        srv_peer_name(c->fd, l.client, sizeof l.client);
+        srv_log_request(&s->cfg, &l);
+    }
     char *body = openai_error_json(status, msg, NULL);
     if (!body) return -1;
     char head[512];
@@ -235,6 +245,16 @@ int guard_answer(srv *s, srv_conn *c, int status, const char *msg) {
         if (k > 0) total += (size_t)k;
     }
     return 0;
+}
+
+int guard_answered(srv *s, srv_conn *c, char *msg, size_t n) {
+    srv_guard *g = s->guard;
+    if (!g || !c) return 0;
+    pthread_mutex_lock(&g->mu);
+    int st = c->answered;
+    if (st && n) snprintf(msg, n, "%s", c->msg);
+    pthread_mutex_unlock(&g->mu);
+    return st;
 }
 
 int guard_reserve(srv *s, srv_conn *c, size_t n) {

@@ -11,6 +11,7 @@
  * at the socket every 50 ms: a client that went away cancels its job (a queued job
  * leaves the queue at once; a running one frees its slot on the next step). */
 #include <errno.h>
+#include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@ typedef struct {
     srv_conn *conn;           /* guard.c's record of the connection */
     size_t parse_cost;        /* request memory reserved for parsing the body */
     double t0;
+    srv_reqlog log;           /* its line in the request log, written when it completes */
 } conn_ctx;
 
 /* Watching a waiting client: has it gone? */
@@ -110,12 +112,22 @@ static void add_cors(const srv *s, struct MHD_Response *r) {
     if (strcmp(s->cfg.cors_origin, "*") != 0) MHD_add_response_header(r, "Vary", "Origin");
 }
 
-/* Queues a response with body (malloc'd, taken). */
-static enum MHD_Result reply(srv *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
+/* The request log's error field: the message of an error body {"error":{"message"}}. */
+static void log_error(conn_ctx *cc, const char *body) {
+    json_t *o = json_loads(body, 0, NULL);
+    const char *m = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
+    snprintf(cc->log.error, sizeof cc->log.error, "%s", m ? m : "");
+    json_decref(o);
+}
+
+/* Queues a response with body (malloc'd, taken); the request log notes its status. */
+static enum MHD_Result reply(srv *s, struct MHD_Connection *c, conn_ctx *cc, int status, const char *ctype, char *body) {
     if (!body) {
         status = 500;
         body = openai_error_json(500, "out of memory", NULL);
     }
+    cc->log.status = status;
+    if (status >= 400) log_error(cc, body);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
@@ -131,8 +143,8 @@ static enum MHD_Result reply(srv *s, struct MHD_Connection *c, int status, const
     return rc;
 }
 
-static enum MHD_Result reply_error(srv *s, struct MHD_Connection *c, int status, const char *msg, const char *param) {
-    return reply(s, c, status, JSON, openai_error_json(status, msg, param));
+static enum MHD_Result reply_error(srv *s, struct MHD_Connection *c, conn_ctx *cc, int status, const char *msg, const char *param) {
+    return reply(s, c, cc, status, JSON, openai_error_json(status, msg, param));
 }
 
 /* ---- streaming ---- */
@@ -201,20 +213,22 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, int kind, conn
     const char *param = NULL;
     srv_request *r = openai_parse(s, kind, cc->body.p ? cc->body.p : "", cc->body.len, &status, &msg, &param);
     if (!r) {
-        enum MHD_Result rc = reply_error(s, c, status, msg, param);
+        enum MHD_Result rc = reply_error(s, c, cc, status, msg, param);
         free(msg);
         return rc;
     }
     srv_job *j = srv_job_new(r, kind == SRV_CHAT ? "chatcmpl" : "cmpl");
-    if (!j) return reply_error(s, c, 500, "out of memory", NULL);
+    if (!j) return reply_error(s, c, cc, 500, celer_last_error(), NULL);
     if (srv_sched_submit(s->sched, j) != 0) {
         srv_job_unref(j);
-        return reply_error(s, c, 503,
+        return reply_error(s, c, cc, 503,
                            __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE)
                                ? "the server is shutting down"
                                : "the server is busy: the request queue is full (--queue-size); try again later",
                            NULL);
     }
+    srv_job_ref(j); /* the request log's: its counts and times are read when the request completes */
+    cc->log.job = j;
     /* the prompt is tokens now: the parse's memory is free again */
     guard_unreserve(s, cc->conn, cc->parse_cost);
     cc->parse_cost = 0;
@@ -243,6 +257,7 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, int kind, conn
         enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         srv_metrics_request(s->metrics, 200);
+        cc->log.status = 200;
         return rc;
     }
     pthread_mutex_lock(&j->mu);
@@ -261,11 +276,13 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, int kind, conn
     enum MHD_Result rc;
     if (gone) {
         cancel_job(s, j);
+        cc->log.status = 499; /* nginx's "client closed request": nothing was answered */
+        cc->log.disconnected = 1;
         rc = MHD_NO;
     } else if (jst) {
-        rc = reply_error(s, c, jst, j->error, NULL);
+        rc = reply_error(s, c, cc, jst, j->error, NULL);
     } else {
-        rc = reply(s, c, 200, JSON, openai_response_json(s, j, ev));
+        rc = reply(s, c, cc, 200, JSON, openai_response_json(s, j, ev));
     }
     srv_event_free(ev);
     srv_job_unref(j);
@@ -317,28 +334,28 @@ static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, 
     const srv_endpoint *e = srv_endpoint_find(url);
     int ready = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE);
     if (e && e->kind == SRV_EP_HEALTH) {
-        if (strcmp(method, e->method) != 0) return reply_error(s, c, 405, "use GET", NULL);
-        if (!ready) return reply_error(s, c, 503, "Loading model", NULL);
-        return reply(s, c, 200, JSON, strdup("{\"status\":\"ok\"}"));
+        if (strcmp(method, e->method) != 0) return reply_error(s, c, cc, 405, "use GET", NULL);
+        if (!ready) return reply_error(s, c, cc, 503, "Loading model", NULL);
+        return reply(s, c, cc, 200, JSON, strdup("{\"status\":\"ok\"}"));
     }
     if (e && e->kind == SRV_EP_PAGE) return srv_page_reply(s, c, method); /* page.c; it asks for the key itself */
     if (!(e && e->public) && !authorized(s, c))
-        return reply_error(s, c, 401, "Invalid API key: send 'Authorization: Bearer KEY' (or 'X-Api-Key: KEY')", NULL);
+        return reply_error(s, c, cc, 401, "Invalid API key: send 'Authorization: Bearer KEY' (or 'X-Api-Key: KEY')", NULL);
     if (cc->too_many) {
         char m[128];
         snprintf(m, sizeof m, "the server is busy: more than %d connections are open (--max-concurrent); try again later",
                  max_concurrent(s));
-        return reply_error(s, c, 503, m, NULL);
+        return reply_error(s, c, cc, 503, m, NULL);
     }
     if (cc->too_big) {
         char m[128];
         snprintf(m, sizeof m, "the request body exceeds %zu bytes (--max-body)", s->cfg.max_body);
-        return reply_error(s, c, 413, m, NULL);
+        return reply_error(s, c, cc, 413, m, NULL);
     }
-    if (!e) return reply_error(s, c, 404, "no such endpoint", NULL);
-    if (!ready) return reply_error(s, c, 503, "Loading model", NULL);
+    if (!e) return reply_error(s, c, cc, 404, "no such endpoint", NULL);
+    if (!ready) return reply_error(s, c, cc, 503, "Loading model", NULL);
     if (strcmp(method, e->method) != 0)
-        return reply_error(s, c, 405, strcmp(e->method, "GET") == 0 ? "use GET" : "use POST", NULL);
+        return reply_error(s, c, cc, 405, strcmp(e->method, "GET") == 0 ? "use GET" : "use POST", NULL);
     int post = strcmp(e->method, "POST") == 0;
     if (post) {
         enum MHD_Result rrc;
@@ -350,10 +367,10 @@ static enum MHD_Result route(srv *s, struct MHD_Connection *c, const char *url, 
         int status = 200;
         const char *ctype = JSON;
         char *out = e->handler(s, body, len, &status, &ctype);
-        return reply(s, c, status, ctype, out);
+        return reply(s, c, cc, status, ctype, out);
     }
-    if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE)) return reply_error(s, c, 503, "the server is shutting down", NULL);
-    if (!s->sched) return reply_error(s, c, 503, "Loading model", NULL); /* a server without a model (fuzz/) */
+    if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE)) return reply_error(s, c, cc, 503, "the server is shutting down", NULL);
+    if (!s->sched) return reply_error(s, c, cc, 503, "Loading model", NULL); /* a server without a model (fuzz/) */
     __atomic_add_fetch(&s->active, 1, __ATOMIC_ACQ_REL);
     cc->counted = 1;
     return generate(s, c, e->generation, cc);
@@ -368,11 +385,11 @@ static int reserve_parse(srv *s, struct MHD_Connection *c, conn_ctx *cc, enum MH
                  "the request body (%zu bytes, %zu JSON values) needs about %zu bytes of memory, over its budget of %zu "
                  "(%d x the body + %u)",
                  cc->body.len, values, cost, budget, CELER_SERVE_REQUEST_MEM_FACTOR, CELER_SERVE_REQUEST_MEM_BASE);
-        *rc = reply_error(s, c, 413, m, NULL);
+        *rc = reply_error(s, c, cc, 413, m, NULL);
         return 0;
     }
     if (guard_reserve(s, cc->conn, cost) != 0) {
-        *rc = reply_error(s, c, 503, "the server is busy: requests hold all the memory set aside for them (--requests-ram); try again later", NULL);
+        *rc = reply_error(s, c, cc, 503, "the server is busy: requests hold all the memory set aside for them (--requests-ram); try again later", NULL);
         return 0;
     }
     cc->parse_cost = cost;
@@ -416,9 +433,9 @@ static srv_conn *conn_of(struct MHD_Connection *c) {
 
 /* OPTIONS: what the path allows; with --cors-origin, a CORS preflight answer (browsers
  * send it without the key, so it is answered before the key is checked). */
-static enum MHD_Result preflight(srv *s, struct MHD_Connection *c, const char *url) {
+static enum MHD_Result preflight(srv *s, struct MHD_Connection *c, conn_ctx *cc, const char *url) {
     const srv_endpoint *e = srv_endpoint_find(url);
-    if (!e) return reply_error(s, c, 404, "no such endpoint", NULL);
+    if (!e) return reply_error(s, c, cc, 404, "no such endpoint", NULL);
     struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
     char allow[32];
@@ -433,7 +450,53 @@ static enum MHD_Result preflight(srv *s, struct MHD_Connection *c, const char *u
     enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
     MHD_destroy_response(r);
     srv_metrics_request(s->metrics, MHD_HTTP_NO_CONTENT);
+    cc->log.status = MHD_HTTP_NO_CONTENT;
     return rc;
+}
+
+/* ---- the request log ---- */
+
+static void copy_header(struct MHD_Connection *c, const char *name, char *out, size_t n) {
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+    snprintf(out, n, "%s", v ? v : "");
+}
+
+/* The request's line begins: who asks what. */
+static void log_start(srv *s, struct MHD_Connection *c, conn_ctx *cc, const char *url, const char *method) {
+    srv_reqlog *l = &cc->log;
+    l->t0 = cc->t0;
+    snprintf(l->method, sizeof l->method, "%s", method ? method : "-");
+    snprintf(l->path, sizeof l->path, "%s", url ? url : "-");
+    srv_peer_name(conn_fd(c), l->client, sizeof l->client);
+    if (!s->cfg.verbose) return;
+    copy_header(c, MHD_HTTP_HEADER_USER_AGENT, l->user_agent, sizeof l->user_agent);
+    copy_header(c, MHD_HTTP_HEADER_CONTENT_TYPE, l->content_type, sizeof l->content_type);
+    l->has_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION) ||
+                 MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
+}
+
+/* The request is over (answered, streamed to the end, or its connection gone): its
+ * line goes out, and the log's job reference is dropped. */
+static void log_end(srv *s, struct MHD_Connection *c, conn_ctx *cc, enum MHD_RequestTerminationCode toe) {
+    srv_reqlog *l = &cc->log;
+    if (!l->status) { /* answered by page.c, or by the guard on the socket (408) */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+        l->status = ci ? (int)ci->http_status : 0;
+        int gs = guard_answered(s, cc->conn, l->error, sizeof l->error);
+        if (gs) l->status = gs;
+    }
+    if (l->job) {
+        pthread_mutex_lock(&l->job->mu);
+        int cut = l->job->cancelled && !l->job->done;
+        pthread_mutex_unlock(&l->job->mu);
+        /* a stream that did not reach its end: the client went away (or the write failed) */
+        if (l->status < 400 && (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || cut)) l->disconnected = 1;
+    } else if (!l->status) {
+        l->status = 499, l->disconnected = 1;
+    }
+    srv_log_request(&s->cfg, l);
+    srv_job_unref(l->job);
+    l->job = NULL;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -446,8 +509,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc->http11 = version && strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
         cc->conn = conn_of(c);
         *con_cls = cc;
+        log_start(s, c, cc, url, method);
         guard_phase(s, cc->conn, SRV_CONN_BODY);
-        if (strcmp(method, "OPTIONS") == 0) return preflight(s, c, url);
+        if (strcmp(method, "OPTIONS") == 0) return preflight(s, c, cc, url);
         if (__atomic_load_n(&s->conns, __ATOMIC_ACQUIRE) > max_concurrent(s)) {
             cc->too_many = 1; /* answer before reading the body */
             return route(s, c, url, method, cc);
@@ -455,7 +519,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!is_public(url) && !authorized(s, c)) return route(s, c, url, method, cc); /* 401 */
         char m[160];
         int st = check_headers(c, m, sizeof m);
-        if (st) return reply_error(s, c, st, m, NULL);
+        if (st) return reply_error(s, c, cc, st, m, NULL);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
             cc->too_big = 1; /* answer before reading the body */
@@ -474,14 +538,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
              * connection closes; the rest of the upload is never read */
             snprintf(m, sizeof m, "the request body exceeds %zu bytes (--max-body)", s->cfg.max_body);
             guard_answer(s, cc->conn, 413, m);
+            cc->log.status = 413;
+            snprintf(cc->log.error, sizeof cc->log.error, "%s", m);
             return MHD_NO;
         }
         if (guard_reserve(s, cc->conn, n) != 0) {
-            guard_answer(s, cc->conn, 503,
-                         "the server is busy: requests hold all the memory set aside for them (--requests-ram); try again later");
+            static const char busy[] =
+                "the server is busy: requests hold all the memory set aside for them (--requests-ram); try again later";
+            guard_answer(s, cc->conn, 503, busy);
+            cc->log.status = 503;
+            snprintf(cc->log.error, sizeof cc->log.error, "%s", busy);
             return MHD_NO;
         }
         if (srv_buf_add(&cc->body, upload, n)) return MHD_NO;
+        cc->log.body_bytes = cc->body.len;
         return MHD_YES;
     }
     guard_phase(s, cc->conn, SRV_CONN_BUSY);
@@ -504,8 +574,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     srv *s = cls;
     conn_ctx *cc = *con_cls;
-    (void)toe;
     if (!cc) return;
+    log_end(s, c, cc, toe);
     if (cc->counted) __atomic_sub_fetch(&s->active, 1, __ATOMIC_ACQ_REL);
     srv_conn *conn = conn_of(c);
     guard_unreserve(s, conn, (size_t)-1);

@@ -556,6 +556,13 @@ static json_t *jstr(const char *p, size_t n) {
 
 static const char *finish_name(int f) { return f == SRV_FINISH_STOP ? "stop" : f == SRV_FINISH_LENGTH ? "length" : NULL; }
 
+/* llama-server's `timings` of a job (reqlog.c); j->mu is not held. */
+static json_t *job_timings(srv_job *j) {
+    srv_timings t;
+    srv_timings_get(j, &t);
+    return srv_timings_json(&t);
+}
+
 static json_t *usage_json(srv_job *j) {
     int gen = 0;
     for (int c = 0; c < j->req->n; c++) gen += j->n_gen[c];
@@ -613,6 +620,7 @@ char *openai_response_json(srv *s, srv_job *j, srv_event *events) {
                       j->n_prompt, "tokens_cached", j->n_cached, "stop_type",
                       fin[0] == SRV_FINISH_LENGTH ? "limit" : "eos", "truncated", 0);
         if (r->return_tokens) json_object_set(o, "tokens", toks[0]);
+        json_object_set_new(o, "timings", job_timings(j));
         if (r->logprobs) json_object_set(o, "completion_probabilities", lps[0]);
     } else {
         json_t *choices = json_array();
@@ -633,6 +641,7 @@ char *openai_response_json(srv *s, srv_job *j, srv_event *events) {
         o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", j->id, "object",
                       r->kind == SRV_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)j->created, "model",
                       r->model, "choices", choices, "usage", usage_json(j));
+        json_object_set_new(o, "timings", job_timings(j)); /* llama-server's extension */
     }
     out = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -688,15 +697,19 @@ int openai_stream_event(srv *s, srv_job *j, const srv_event *e, int first, srv_b
                                                    jstr(e->text, e->len), "logprobs", lp, "finish_reason"))))
                 return -1;
         }
-        if (fr && add_frame(out, chunk(j, json_pack("{s:i, s:{}, s:n, s:s}", "index", e->choice, "delta", "logprobs",
-                                                     "finish_reason", fr))))
-            return -1;
+        if (fr) { /* the choice's last chunk carries the job's timings so far (llama-server's extension) */
+            json_t *o = chunk(j, json_pack("{s:i, s:{}, s:n, s:s}", "index", e->choice, "delta", "logprobs", "finish_reason", fr));
+            if (o) json_object_set_new(o, "timings", job_timings(j));
+            if (add_frame(out, o)) return -1;
+        }
         return 0;
     }
     if (!e->len && !e->logprobs && !fr) return 0;
     json_t *lp = e->logprobs ? legacy_logprobs(e->logprobs) : json_null();
-    return add_frame(out, chunk(j, json_pack("{s:i, s:o, s:o, s:o}", "index", e->choice, "text", jstr(e->text, e->len),
-                                              "logprobs", lp, "finish_reason", fr ? json_string(fr) : json_null())));
+    json_t *o = chunk(j, json_pack("{s:i, s:o, s:o, s:o}", "index", e->choice, "text", jstr(e->text, e->len), "logprobs", lp,
+                                   "finish_reason", fr ? json_string(fr) : json_null()));
+    if (o && fr) json_object_set_new(o, "timings", job_timings(j));
+    return add_frame(out, o);
 }
 
 int openai_stream_end(srv *s, srv_job *j, srv_buf *out) {
@@ -711,11 +724,17 @@ int openai_stream_end(srv *s, srv_job *j, srv_buf *out) {
         json_t *o = json_pack("{s:s, s:b, s:i, s:s, s:i, s:i, s:i}", "content", "", "stop", 1, "id_slot", 0, "model",
                               s->model_id, "tokens_predicted", j->n_gen[0], "tokens_evaluated", j->n_prompt,
                               "tokens_cached", j->n_cached);
+        srv_timings t;
+        srv_timings_get_locked(j, &t);
+        if (o) json_object_set_new(o, "timings", srv_timings_json(&t));
         rc = add_frame(out, o);
     } else if (r->include_usage) {
         json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", j->id, "object",
                               r->kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion", "created",
                               (json_int_t)j->created, "model", r->model, "choices", "usage", usage_json(j));
+        srv_timings t;
+        srv_timings_get_locked(j, &t);
+        if (o) json_object_set_new(o, "timings", srv_timings_json(&t));
         rc = add_frame(out, o);
     }
     pthread_mutex_unlock(&j->mu);

@@ -60,6 +60,7 @@ struct srv_sched {
                                * burst may fill them and the queue (--queue-size) at once */
     int draining;
     srv_sched_stats stats;
+    srv_slot_info *slot_info; /* [n_slots] GET /slots: each slot as of the last step */
 };
 
 /* ---- slots ---- */
@@ -155,6 +156,11 @@ static void emit(srv_sched *S, slot *sl, const char *text, size_t len, int32_t t
     srv_job *j = sl->job;
     pthread_mutex_lock(&j->mu);
     j->n_gen[sl->choice] = sl->n_gen;
+    if (has_tok) { /* the request log and `timings` (reqlog.c) */
+        j->t_last = srv_now();
+        if (!j->t_first) j->t_first = j->t_last;
+    }
+    if (finish && sl->choice == 0) j->finish = finish;
     pthread_mutex_unlock(&j->mu);
     if (e && e->text) srv_job_push(j, e);
     else {
@@ -253,6 +259,8 @@ static int slot_setup(srv_sched *S, slot *sl, srv_job *j, int c, int leader) {
     pthread_mutex_lock(&j->mu);
     j->n_prompt = r->n_prompt;
     j->n_cached = cached;
+    j->slot = (int)(sl - S->slots);
+    j->t_start = srv_now();
     pthread_mutex_unlock(&j->mu);
     srv_metrics_tokens(S->met, r->n_prompt, cached, 0);
     /* the loop puts the tokens it feeds in the penalty window; the cached ones go here */
@@ -309,6 +317,25 @@ static void update_stats(srv_sched *S) {
     pthread_mutex_lock(&S->mu);
     st.queued = S->q_len;
     S->stats = st;
+    for (int i = 0; i < S->n_slots; i++) { /* GET /slots */
+        const slot *sl = &S->slots[i];
+        srv_slot_info *in = &S->slot_info[i];
+        in->busy = sl->state != SLOT_FREE;
+        in->n_past = celer_session_pos(sl->s);
+        if (!in->busy) continue;
+        const srv_request *r = sl->job->req;
+        in->task = (int64_t)sl->job->task;
+        in->choice = sl->choice;
+        in->n_prompt = r->n_prompt;
+        in->n_cached = sl->choice == 0 ? sl->job->n_cached : 0; /* set by this thread */
+        in->n_decoded = sl->n_gen;
+        in->max_tokens = r->max_tokens;
+        in->stream = r->stream;
+        in->n_stop = r->n_stop;
+        in->logprobs = r->logprobs ? r->top_logprobs : 0;
+        in->sp = r->sp;
+        in->sp.stop = NULL;
+    }
     pthread_mutex_unlock(&S->mu);
 }
 
@@ -411,8 +438,11 @@ srv_sched *srv_sched_new(celer_model *m, const celer_tokenizer *tok, const srv_c
     S->slots = calloc((size_t)S->n_slots, sizeof *S->slots);
     S->queue = calloc((size_t)S->q_ring, sizeof *S->queue);
     S->gen = celer_gen_new(m, cfg->batch_size);
-    if (!S->slots || !S->queue || !S->gen) goto fail;
+    S->slot_info = calloc((size_t)S->n_slots, sizeof *S->slot_info);
+    if (!S->slots || !S->queue || !S->gen || !S->slot_info) goto fail;
     for (int i = 0; i < S->n_slots; i++) {
+        S->slot_info[i] = (srv_slot_info){.id = i, .task = -1, .n_ctx = cfg->ctx_size, .max_tokens = cfg->n_predict};
+        celer_sampler_params_default(&S->slot_info[i].sp);
         S->slots[i].sched = S;
         if (!(S->slots[i].s = celer_session_new(m, cfg->ctx_size, cfg->batch_size))) goto fail;
     }
@@ -476,6 +506,13 @@ void srv_sched_get_stats(srv_sched *S, srv_sched_stats *out) {
     pthread_mutex_unlock(&S->mu);
 }
 
+int srv_sched_get_slots(srv_sched *S, srv_slot_info *out, int max) {
+    pthread_mutex_lock(&S->mu);
+    for (int i = 0; i < S->n_slots && i < max; i++) out[i] = S->slot_info[i];
+    pthread_mutex_unlock(&S->mu);
+    return S->n_slots;
+}
+
 void srv_sched_drain(srv_sched *S) {
     if (!S || !S->started) return;
     pthread_mutex_lock(&S->mu);
@@ -500,6 +537,7 @@ void srv_sched_free(srv_sched *S) {
     }
     celer_prompt_cache_free(S->pc);
     free(S->slots);
+    free(S->slot_info);
     free(S->queue);
     celer_gen_free(S->gen);
     pthread_cond_destroy(&S->cv);

@@ -13,6 +13,8 @@
  *   guard.c      deadlines for headers and bodies (a reaper thread), early answers
  *                written on the socket, the account of request memory
  *   metrics.c    counters and histograms in Prometheus text format
+ *   reqlog.c     the request log (one line per request on stderr, text or JSON),
+ *                llama-server's `timings` and /slots objects, response ids
  *   server.c     start (bind), load, run, drain, free
  *
  * Threads: libmicrohttpd runs one thread per connection; each parses its request,
@@ -61,7 +63,11 @@ typedef struct {
     int header_timeout_s;       /* seconds to complete the request headers; 0: CELER_SERVE_HEADER_TIMEOUT_S */
     int min_body_rate;          /* body bytes per second at least; 0: CELER_SERVE_MIN_BODY_RATE */
     size_t requests_ram;        /* request memory of all connections together (503 above); 0: the default */
-    int quiet;                  /* no request log on stderr */
+    int quiet;                  /* stderr: errors only (failed requests, fatal errors) */
+    int verbose;                /* the request log adds headers, sampling, slot, finish reason */
+    int log_json;               /* stderr lines are JSON objects (--log-format json) */
+    int slots;                  /* serve GET /slots */
+    int no_log;                 /* no request log at all (fuzz/: inputs by the million) */
     const char *cors_origin;    /* Access-Control-Allow-Origin for every answer, or NULL */
     int strict_model;           /* a request naming another model gets 404 (default: served) */
     int parse_special_in_content; /* special tokens in message text are control tokens (default: text) */
@@ -112,7 +118,8 @@ typedef struct srv_job {
     pthread_cond_t cv;          /* signalled on every new event and at the end */
     int refs;
     srv_request *req;           /* owned */
-    char id[40];                /* "chatcmpl-..." */
+    char id[48];                /* "chatcmpl-" + 29 random base62 characters */
+    uint64_t task;              /* the job's number (/slots' id_task), from 1 */
     int64_t created;            /* unix seconds */
     double t_submit;            /* monotonic seconds */
     /* written by the scheduler under mu */
@@ -121,14 +128,23 @@ typedef struct srv_job {
     int *n_gen;                 /* [req->n] tokens generated per choice */
     int n_finished;             /* choices finished */
     int done;                   /* every choice finished (or failed) */
+    int slot;                   /* the slot of choice 0; -1 until one takes it */
+    double t_start;             /* monotonic: a slot took it (its prompt began) */
+    double t_first, t_last;     /* monotonic: its first and latest generated token (0: none) */
+    int finish;                 /* SRV_FINISH_* of choice 0 */
     int status;                 /* 0, or the HTTP status of a failure */
     char *error;                /* failure message, malloc'd */
     /* written by the HTTP side under mu */
     int cancelled;              /* the client went away */
 } srv_job;
 
-/* A job for req (taking ownership) with refs = 1. NULL on out of memory (req freed). */
+/* A job for req (taking ownership) with refs = 1 and a fresh id: id_prefix, '-', 29
+ * base62 characters from getrandom(2). NULL (req freed, celer_last_error says why)
+ * on out of memory or when the system has no random bytes to give. */
 srv_job *srv_job_new(srv_request *req, const char *id_prefix);
+/* Writes prefix-XXXX (n_random base62 characters from getrandom) into out[n].
+ * 0, or -1 (message set) when no random bytes could be read or out is too small. */
+int srv_random_id(char *out, size_t n, const char *prefix, int n_random);
 void srv_job_ref(srv_job *j);
 void srv_job_unref(srv_job *j);
 /* Scheduler side: appends an event (taking ownership) and wakes the waiter. */
@@ -164,6 +180,26 @@ int srv_sched_cancel(srv_sched *s, srv_job *j);
 /* Wakes the scheduler (a job was cancelled). */
 void srv_sched_wake(srv_sched *s);
 void srv_sched_get_stats(srv_sched *s, srv_sched_stats *out);
+
+/* One slot as of the scheduler's last step (GET /slots). An idle slot keeps the
+ * parameters of its last job. */
+typedef struct {
+    int id;
+    int busy;                   /* serving a job */
+    int64_t task;               /* that job's number; -1: none yet */
+    int choice;                 /* which choice of the job */
+    int n_ctx;                  /* tokens of context */
+    int n_past;                 /* tokens in its session now */
+    int n_prompt, n_cached;     /* the job's prompt tokens, of which from the prompt cache */
+    int n_decoded;              /* tokens generated for this choice */
+    int max_tokens;             /* the job's limit */
+    int stream, n_stop, logprobs;
+    celer_sampler_params sp;    /* sp.stop is NULL (the ids are not copied) */
+} srv_slot_info;
+
+/* Copies the slots' state into out[max]; returns how many there are (at most max
+ * written). */
+int srv_sched_get_slots(srv_sched *s, srv_slot_info *out, int max);
 /* Refuses new jobs, finishes queued and running ones, stops the thread. */
 void srv_sched_drain(srv_sched *s);
 void srv_sched_free(srv_sched *s);
@@ -180,8 +216,49 @@ void srv_metrics_token_latency(srv_metrics *m, double seconds);
 /* The Prometheus text exposition (malloc'd). */
 char *srv_metrics_render(srv_metrics *m, const srv_sched_stats *st);
 
-/* ---- the server ---- */
+/* ---- the request log and timings (reqlog.c) ---- */
 typedef struct srv srv;
+
+/* What the log line of one request says; the HTTP side fills it as the request goes. */
+typedef struct {
+    double t0;                  /* monotonic: its headers were complete */
+    char method[16];
+    char path[160];
+    char client[64];            /* "ADDR:PORT" ("[ADDR]:PORT" for IPv6) */
+    int status;                 /* the HTTP status answered; 0: none */
+    char error[320];            /* the error message of a 4xx/5xx answer */
+    int disconnected;           /* the client went away before the end */
+    srv_job *job;               /* a generation request's job (one reference), or NULL */
+    size_t body_bytes;          /* verbose: the request body's size */
+    char user_agent[96];        /* verbose */
+    char content_type[64];      /* verbose */
+    int has_key;                /* verbose: an Authorization or X-Api-Key header came */
+} srv_reqlog;
+
+/* llama-server's `timings` of a job: prompt (tokens processed, not from the cache)
+ * and predicted (generated) counts and times. */
+typedef struct {
+    int prompt_n, cache_n, predicted_n;
+    double prompt_ms, predicted_ms, ttft_ms;
+} srv_timings;
+
+/* Reads the job's timings (j->mu held by the caller, or not: _locked or not). */
+void srv_timings_get_locked(const srv_job *j, srv_timings *t);
+void srv_timings_get(srv_job *j, srv_timings *t);
+/* {prompt_n, prompt_ms, prompt_per_token_ms, prompt_per_second, predicted_n, ...,
+ * cache_n} (a new reference). */
+json_t *srv_timings_json(const srv_timings *t);
+/* Prints the request's line on stderr (or nothing: --quiet and no error). */
+void srv_log_request(const srv_config *cfg, srv_reqlog *r);
+/* Prints a server message (startup, shutdown) on stderr in the log's format; level
+ * "info" is silent under --quiet. */
+void srv_log_msg(const srv_config *cfg, const char *level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* "ADDR:PORT" of the socket's peer into out[n] ("-" when unknown). */
+void srv_peer_name(int fd, char *out, size_t n);
+/* GET /slots: llama-server's array of slot objects (malloc'd). */
+char *srv_slots_json(srv *s);
+
+/* ---- the server ---- */
 struct srv {
     srv_config cfg;
     celer_model *model;
@@ -236,6 +313,8 @@ void guard_body(srv *s, srv_conn *c, size_t n);
 /* Writes an error response (Connection: close) straight onto the socket, then stops
  * reading gently; the caller returns MHD_NO. -1 when it could not (or one went out). */
 int guard_answer(srv *s, srv_conn *c, int status, const char *msg);
+/* The status of the early answer that went out on c (its message into msg[n]), or 0. */
+int guard_answered(srv *s, srv_conn *c, char *msg, size_t n);
 /* Reserves n bytes of request memory for c (-1: past --requests-ram); released by
  * guard_unreserve or when the connection closes. */
 int guard_reserve(srv *s, srv_conn *c, size_t n);

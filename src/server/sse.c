@@ -1,11 +1,14 @@
 /* server/sse.c: the channel between the scheduler and an HTTP thread (a job and its
  * event list, reference counted; the mutex guards everything the two sides share),
  * and server-sent-event framing into byte buffers. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
+#include "base/err.h"
 #include "server/server.h"
 
 double srv_now(void) {
@@ -35,10 +38,42 @@ void srv_event_free(srv_event *e) {
     }
 }
 
+/* Random ids: base62 characters drawn from getrandom(2) by rejection (bytes >= 248
+ * are redrawn, so each of the 62 characters is equally likely). 29 characters carry
+ * 172 bits: two requests never share an id. */
+int srv_random_id(char *out, size_t n, const char *prefix, int n_random) {
+    static const char b62[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    size_t pl = strlen(prefix);
+    if (n_random <= 0 || pl + 1 + (size_t)n_random + 1 > n) return err_set("response id: %zu bytes are too few", n);
+    memcpy(out, prefix, pl);
+    out[pl] = '-';
+    char *p = out + pl + 1;
+    int k = 0;
+    unsigned char buf[64];
+    while (k < n_random) {
+        ssize_t got = getrandom(buf, sizeof buf, 0);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return err_set("response id: getrandom: %s", strerror(errno));
+        }
+        for (ssize_t i = 0; i < got && k < n_random; i++)
+            if (buf[i] < 248) p[k++] = b62[buf[i] % 62];
+    }
+    p[k] = 0;
+    return 0;
+}
+
 srv_job *srv_job_new(srv_request *req, const char *id_prefix) {
-    static unsigned long long counter;
+    static uint64_t tasks;
     srv_job *j = calloc(1, sizeof *j);
     if (!j || !(j->n_gen = calloc((size_t)(req->n > 0 ? req->n : 1), sizeof *j->n_gen))) {
+        free(j);
+        srv_request_free(req);
+        err_set("out of memory");
+        return NULL;
+    }
+    if (srv_random_id(j->id, sizeof j->id, id_prefix, 29) != 0) {
+        free(j->n_gen);
         free(j);
         srv_request_free(req);
         return NULL;
@@ -49,10 +84,8 @@ srv_job *srv_job_new(srv_request *req, const char *id_prefix) {
     j->req = req;
     j->created = (int64_t)time(NULL);
     j->t_submit = srv_now();
-    unsigned long long k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    snprintf(j->id, sizeof j->id, "%s-%llx%llx", id_prefix, (unsigned long long)ts.tv_nsec & 0xffffff, k);
+    j->task = __atomic_add_fetch(&tasks, 1, __ATOMIC_RELAXED);
+    j->slot = -1;
     return j;
 }
 

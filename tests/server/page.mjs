@@ -3,7 +3,7 @@
 //   chat: the page loads under its CSP with no other origin; it shows the model's name;
 //         an out-of-range setting is named and nothing is sent;
 //         greedy answers typed in the page equal the API's for the same conversation and
-//         settings (two turns); the timing line counts the API's tokens; Stop ends an
+//         settings (two turns); the timing line shows the server's `timings` with the API's token counts; Stop ends an
 //         answer early (a prefix of the API's for the seed) and the next message works;
 //         screenshot OUTDIR/page.png.
 //   key:  (server started with --api-key KEY) a message asks for the key, a wrong key is
@@ -96,9 +96,13 @@ try {
       const r1 = await api([{ role: 'user', content: q1 }], greedy);
       check('turn 1: the page shows the API answer', a1.state === 'done' && a1.text === r1.choices[0].message.content && a1.text.length > 0,
         JSON.stringify([a1, r1.choices[0].message.content]));
-      const t = /(\d+) tokens in/.exec(a1.meta);
-      check('turn 1: timing line (the API token count)', /measured by the page: first token after \d/.test(a1.meta) || /server timings/.test(a1.meta)
-        ? t && Number(t[1]) === r1.usage.completion_tokens : false, `'${a1.meta}' vs ${r1.usage.completion_tokens} tokens`);
+      // the server's `timings` (the stream's last chunks): the prompt's and the answer's
+      // token counts are the API's, and a rate is shown
+      const t = /server timings: prompt (\d+) tokens(?: \(\+(\d+) cached\))? in [\d.]+ m?s · generated (\d+) tokens in [\d.]+ m?s \([\d.]+ tok\/s\)/.exec(a1.meta);
+      const cached1 = r1.usage.prompt_tokens_details.cached_tokens;
+      check('turn 1: the server timings line (the API token counts)', t && Number(t[3]) === r1.usage.completion_tokens &&
+        Number(t[1]) + Number(t[2] || 0) === r1.usage.prompt_tokens && r1.timings && r1.timings.predicted_n === r1.usage.completion_tokens,
+        `'${a1.meta}' vs ${JSON.stringify(r1.usage)} (cached ${cached1})`);
       const a2 = await say(b, q2);
       const r2 = await api([{ role: 'user', content: q1 }, { role: 'assistant', content: a1.text }, { role: 'user', content: q2 }], greedy);
       check('turn 2: the page sends the conversation', a2.state === 'done' && a2.text === r2.choices[0].message.content,
