@@ -348,6 +348,50 @@ static void schema_errors(void) {
     free(b);
 }
 
+static void grammar_limits(void) {
+    size_t n = (1u << 20) + 16;
+    char *big = malloc(n + 1);
+    memset(big, ' ', n);
+    memcpy(big, "root ::= \"a\" #", 14);
+    big[n] = 0;
+    expect_error(big, "grammar: ", "over the limit of 1048576 (CELER_MAX_GRAMMAR_BYTES)");
+    /* 9000 rules */
+    size_t k = 0;
+    k += (size_t)snprintf(big + k, n - k, "root ::= r0\n");
+    for (int i = 0; i < 9000; i++) k += (size_t)snprintf(big + k, n - k, "r%d ::= \"a\"\n", i);
+    expect_error(big, "line ", "more rules than the limit (CELER_MAX_GRAMMAR_RULES");
+    /* a 1100-byte literal a thousand times */
+    k = (size_t)snprintf(big, n, "root ::= \"");
+    memset(big + k, 'a', 1100);
+    k += 1100;
+    snprintf(big + k, n - k, "\"{1000}");
+    expect_error(big, "line 1", "CELER_MAX_GRAMMAR_ELEMENTS");
+    /* ambiguity: after n a's, every sequence of pending b's and c's is a parse */
+    celer_grammar *g = celer_grammar_compile("root ::= e\ne ::= \"a\" e \"b\" | \"a\" e \"c\" | \"a\" e | \"\"", (size_t)-1);
+    CHECK(g != NULL, "compile: %s", celer_last_error());
+    CHECK(g && celer_grammar_match(g, "aaaaaaaaaaaaaaaaaaaa", 20) == -1, "20 a's should hit the ambiguity limit");
+    CHECK_STR_HAS(celer_last_error(), "too ambiguous");
+    CHECK_STR_HAS(celer_last_error(), "CELER_MAX_GRAMMAR_STACKS");
+    CHECK(g && celer_grammar_match(g, "aaabcb", 6) == 1, "a short input stays inside it");
+    celer_grammar_free(g);
+    /* a schema whose grammar grows past 1 MiB: quotes in enum strings double when escaped again */
+    free(big);
+    n = 2u << 20;
+    big = malloc(n);
+    k = (size_t)snprintf(big, n, "{\"enum\":[");
+    for (int i = 0; i < 300; i++) {
+        k += (size_t)snprintf(big + k, n - k, "%s\"%d", i ? "," : "", i);
+        for (int j = 0; j < 1500; j++) big[k++] = '\\', big[k++] = '"';
+        big[k++] = '"';
+    }
+    snprintf(big + k, n - k, "]}");
+    char *gb = celer_json_schema_text_to_gbnf(big, (size_t)-1, "root");
+    CHECK(!gb, "a 1 MiB enum should be refused");
+    free(gb);
+    CHECK_STR_HAS(celer_last_error(), "CELER_MAX_SCHEMA_GBNF");
+    free(big);
+}
+
 int main(void) {
     RUN(literals_and_alternation);
     RUN(classes);
@@ -362,5 +406,6 @@ int main(void) {
     RUN(schema_arrays_enums_refs);
     RUN(schema_strings);
     RUN(schema_errors);
+    RUN(grammar_limits);
     return harness_done();
 }
