@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/cli_grammar.sh: constrained decoding from the outside (docs/grammar.md):
-# `celer generate --grammar / --json-schema` with models/default (the output must
+# `celer generate --grammar / --json-schema` (and `celer run --grammar`) with models/default (the output must
 # match: checked by node's JSON.parse and the schema's constraints, never by celer),
 # their errors, and tests/server/grammar.mjs (the openai npm client) against
 # `celer serve`. Every wait is bounded.
@@ -34,6 +34,9 @@ let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => {
   console.log(ok ? "valid" : "invalid: " + JSON.stringify(v));
 });')
 [ "$rc" = 0 ] && [ "$res" = valid ] && ok "generate --json-schema: valid JSON" || bad "generate --json-schema ($rc): $res: $out"
+
+out=$(timeout 120 "$C" run -q -p "In the beginning" -n 40 --temp 0 --grammar "$T/v.gbnf" 2>&1); rc=$?
+[ "$rc" = 0 ] && grep -Eqx 'Verse [1-9][0-9]?: (light|darkness)\.' <<<"$out" && ok "run --grammar" || bad "run --grammar ($rc): $out"
 
 printf 'root ::= "a" | b\n' >"$T/bad.gbnf"
 out=$("$C" generate -p "x" --grammar "$T/bad.gbnf" 2>&1); rc=$?
