@@ -45,6 +45,8 @@ static const opt_spec opts[] = {
     {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
     {"--quiet", "-q", NULL, "no status lines on stderr (loading, per-answer speed)"},
     {"--parse-special-in-content", NULL, NULL, "special tokens typed in a message are control tokens (transformers' behaviour; default: text)"},
+    {"--grammar", NULL, "FILE", "every answer matches a GBNF grammar (docs/grammar.md)"},
+    {"--json-schema", NULL, "FILE", "every answer is JSON valid against a JSON Schema (docs/grammar.md)"},
     CLI_SAMPLING_OPTS,
 };
 
@@ -67,6 +69,8 @@ typedef struct {
     celer_session *s;
     celer_sampler *smp;
     const char *stop_text;    /* --stop, or NULL */
+    celer_grammar *gram;      /* --grammar / --json-schema: every answer matches it, or NULL */
+    celer_grammar_vocab *gv;
     celer_model_info info;
     int ctx, n_predict, quiet;
     int parse_special;        /* --parse-special-in-content */
@@ -156,12 +160,15 @@ static int chat_turn(chat *c, const char *user) {
      * --stop, end-of-turn tokens add no text, Ctrl-C cancels it; the loop ends it
      * at -n tokens or when the context is full */
     celer_textstream *ts = celer_textstream_new(c->tk, 1, &c->stop_text, c->stop_text ? 1 : 0);
-    celer_gen *g = ts ? celer_gen_new(c->m, 0) : NULL;
+    celer_grammar_state *gst = c->gram ? celer_grammar_state_new(c->gram, c->gv, NULL, 0) : NULL;
+    celer_gen *g = ts && (gst || !c->gram) ? celer_gen_new(c->m, 0) : NULL;
     celer_gen_seq q = {.session = c->s, .sampler = c->smp, .prompt = ids + keep, .n_prompt = n - keep,
-                       .max_tokens = c->n_predict, /* < 0: no limit */ .stop_token = c->eos[0], .text = ts};
+                       .max_tokens = c->n_predict, /* < 0: no limit */ .stop_token = c->eos[0], .text = ts,
+                       .grammar = gst};
     int id = g ? celer_gen_add(g, &q) : -1;
     if (id < 0) {
         cli_error("run", "%s", celer_last_error());
+        celer_grammar_state_free(gst);
         celer_gen_free(g);
         celer_textstream_free(ts);
         free(ids);
@@ -195,6 +202,7 @@ static int chat_turn(chat *c, const char *user) {
     }
     double t1 = now();
     celer_gen_free(g);
+    celer_grammar_state_free(gst);
     celer_textstream_free(ts);
     printf("\n");
     fflush(stdout);
@@ -510,13 +518,33 @@ int cmd_run(int argc, char **argv) {
         args_usage_error(&a, "give -p or -f, not both");
         return 2;
     }
+    const char *gfile = args_get(&a, "--grammar"), *sfile = args_get(&a, "--json-schema");
+    if (gfile && sfile) {
+        args_usage_error(&a, "give one of --grammar and --json-schema");
+        return 2;
+    }
+    celer_grammar *gram = NULL;
+    if (gfile || sfile) { /* compiled before the model loads: a bad one is reported at once */
+        char *src = cli_read_file("run", gfile ? gfile : sfile), *gbnf = src;
+        if (src && sfile) gbnf = celer_json_schema_text_to_gbnf(src, (size_t)-1, "root");
+        if (gbnf) gram = celer_grammar_compile(gbnf, (size_t)-1);
+        if (src && !gram) cli_error("run", "%s %s: %s", gfile ? "--grammar" : "--json-schema", gfile ? gfile : sfile,
+                                    celer_last_error());
+        if (gbnf != src) free(gbnf);
+        free(src);
+        if (!gram) return 1;
+    }
     char *file_text = NULL; /* -f's contents: the one message */
-    if (file && !(prompt = file_text = cli_read_file("run", file))) return 1;
+    if (file && !(prompt = file_text = cli_read_file("run", file))) {
+        celer_grammar_free(gram);
+        return 1;
+    }
     if (file_text) { /* a file's last newline ends the message, not part of it */
         size_t fl = strlen(file_text);
         while (fl && (file_text[fl - 1] == '\n' || file_text[fl - 1] == '\r')) file_text[--fl] = '\0';
     }
     int status = 1;
+    c.gram = gram;
     /* The model's worker threads start with SIGINT blocked, so Ctrl-C always
      * reaches this thread (and interrupts its wait at the prompt). */
     sigset_t intr;
@@ -525,7 +553,7 @@ int cmd_run(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &intr, NULL);
     c.m = cli_model_open("run", dir, (int)threads, c.quiet);
     pthread_sigmask(SIG_UNBLOCK, &intr, NULL);
-    if (!c.m || !(c.tk = celer_tokenizer_open(dir))) {
+    if (!c.m || !(c.tk = celer_tokenizer_open(dir)) || (c.gram && !(c.gv = celer_grammar_vocab_new(c.tk)))) {
         cli_error("run", "%s", celer_last_error());
         goto done;
     }
@@ -586,6 +614,8 @@ done:
     free(c.ans);
     celer_session_free(c.s);
     celer_sampler_free(c.smp);
+    celer_grammar_vocab_free(c.gv);
+    celer_grammar_free(c.gram);
     celer_tokenizer_free(c.tk);
     celer_model_free(c.m);
     return status;

@@ -31,6 +31,7 @@ typedef struct {
     celer_session *s;
     celer_sampler *smp;
     celer_textstream *ts;     /* the text, cut at the request's stop strings */
+    celer_grammar_state *gst; /* the request's grammar, for this choice (or NULL) */
     int gid;                  /* SLOT_RUN: the sequence's id in the generation loop */
     celer_snapshot *snap;     /* the leader's prompt, for the other choices (until they start) */
     int prompt_done;          /* the leader's prompt is in its session: start the other choices */
@@ -50,6 +51,7 @@ struct srv_sched {
     srv_metrics *met;
     celer_model_info info;
     celer_prompt_cache *pc;
+    celer_grammar_vocab *gvocab; /* the tokenizer's index for grammars, built on the first grammar request */
     celer_gen *gen;           /* the generation loop over every running slot */
     slot *slots;              /* [n_slots] */
     int n_slots;
@@ -72,6 +74,7 @@ static void slot_release(srv_sched *S, slot *sl, int keep) {
     celer_session_rewind(sl->s, 0);
     celer_sampler_free(sl->smp);
     celer_textstream_free(sl->ts);
+    celer_grammar_state_free(sl->gst);
     celer_snapshot_free(sl->snap);
     srv_job *j = sl->job;
     celer_session *s = sl->s;
@@ -224,7 +227,7 @@ static int slot_start(srv_sched *S, slot *sl, const int32_t *prompt, int n_promp
     const srv_request *r = sl->job->req;
     celer_gen_seq q = {.session = sl->s, .sampler = sl->smp, .prompt = prompt, .n_prompt = n_prompt,
                        .max_tokens = r->max_tokens, .stop_token = -1, .text = sl->ts,
-                       .want_logits = r->logprobs, .user = sl};
+                       .want_logits = r->logprobs, .user = sl, .grammar = sl->gst};
     if (sl->choice == 0) q.on_prompt = leader_prompt;
     if ((sl->gid = celer_gen_add(S->gen, &q)) < 0) return -1;
     sl->state = SLOT_RUN;
@@ -242,6 +245,11 @@ static int slot_setup(srv_sched *S, slot *sl, srv_job *j, int c, int leader) {
     sl->leader = leader;
     if (!(sl->smp = celer_sampler_new(&p, S->info.vocab_size)) ||
         !(sl->ts = celer_textstream_new(S->tok, 1, (const char *const *)r->stop, r->n_stop)))
+        return -1;
+    if (r->grammar && ((!S->gvocab && !(S->gvocab = celer_grammar_vocab_new(S->tok))) ||
+                       !(sl->gst = celer_grammar_state_new(r->grammar, S->gvocab,
+                                                           (const char *const *)r->grammar_triggers,
+                                                           r->n_grammar_triggers))))
         return -1;
     celer_session_rewind(sl->s, 0);
     if (c > 0) {
@@ -536,6 +544,7 @@ void srv_sched_free(srv_sched *S) {
         S->q_len--;
     }
     celer_prompt_cache_free(S->pc);
+    celer_grammar_vocab_free(S->gvocab);
     free(S->slots);
     free(S->slot_info);
     free(S->queue);

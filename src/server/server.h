@@ -95,6 +95,12 @@ typedef struct {
     int top_logprobs;           /* alternatives per token (0..20) */
     int cache_prompt;           /* may use / fill the prompt cache */
     int return_tokens;          /* native: token ids in the response */
+    /* constrained decoding (docs/grammar.md): the compiled grammar of response_format,
+     * "grammar" or "json_schema" (owned), or NULL; with triggers the grammar is lazy
+     * (celer_grammar_state_new), each choice gets its own state */
+    celer_grammar *grammar;
+    char **grammar_triggers;    /* [n_grammar_triggers] */
+    int n_grammar_triggers;
 } srv_request;
 
 void srv_request_free(srv_request *r);
