@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "celer.h"
+#include "server/toolcall.h"
 
 /* A growing byte buffer (sse.c). */
 typedef struct {
@@ -89,6 +90,8 @@ typedef struct {
     int top_logprobs;           /* alternatives per token (0..20) */
     int cache_prompt;           /* may use / fill the prompt cache */
     int return_tokens;          /* native: token ids in the response */
+    struct tc_request *tools;   /* chat: tools, tool_choice, parallel_tool_calls (toolcall.h), or NULL */
+    int keep_special;           /* the text keeps special tokens (the tool-call markers are some) */
 } srv_request;
 
 void srv_request_free(srv_request *r);

@@ -21,6 +21,7 @@ void srv_request_free(srv_request *r) {
     free(r->stop_ids);
     free(r->prompt);
     free(r->model);
+    tc_request_free(r->tools);
     free(r);
 }
 
