@@ -32,7 +32,7 @@ NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 LIB_SRC := $(sort $(wildcard src/base/*.c src/io/*.c src/tensor/*.c src/backend/*.c src/backend/cpu/*.c \
-                             src/kv/*.c src/model/*.c src/engine/*.c src/tokenizer/*.c src/server/*.c))
+                             src/kv/*.c src/model/*.c src/engine/*.c src/grammar/*.c src/tokenizer/*.c src/server/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)

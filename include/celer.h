@@ -187,6 +187,83 @@ int celer_sampler_is_stop(const celer_sampler *smp, int32_t token);
 /* Empties the history and restarts the RNG from seed. */
 void celer_sampler_reset(celer_sampler *smp, uint64_t seed);
 
+/* ---- Constrained decoding: GBNF grammars and JSON Schema (docs/grammar.md) ------
+ * A grammar (llama.cpp's GBNF: rules, alternation, grouping, literals with escapes,
+ * character classes, * + ? {m,n}, comments) is compiled once into a pushdown
+ * automaton over bytes (UTF-8 is matched byte by byte) and may be shared by any
+ * number of requests and threads. A vocabulary index (a byte trie over every
+ * token's decoded bytes) is built once per tokenizer. Each generated sequence owns a
+ * grammar state: at every step it gives the mask of tokens whose bytes the automaton
+ * can take from where it stands (computed lazily, cached per automaton state), and
+ * it advances by the token sampled. End-of-sequence (the sequence's stop tokens) is
+ * allowed exactly when the automaton accepts. Special tokens are allowed only where
+ * a literal of the grammar spells their text.
+ *
+ *     celer_grammar *g = celer_grammar_compile("root ::= \"yes\" | \"no\"", (size_t)-1);
+ *     celer_grammar_vocab *v = celer_grammar_vocab_new(tok);            // once per tokenizer
+ *     celer_grammar_state *st = celer_grammar_state_new(g, v, NULL, 0);  // per request
+ *     celer_gen_seq q = {..., .grammar = st};                            // the loop masks and advances it
+ */
+typedef struct celer_grammar celer_grammar;
+typedef struct celer_grammar_vocab celer_grammar_vocab;
+typedef struct celer_grammar_state celer_grammar_state;
+typedef struct celer_tokenizer celer_tokenizer;
+struct json_t; /* jansson's */
+
+/* Compiles GBNF text of len bytes (len (size_t)-1: NUL-terminated) whose start rule is
+ * "root". NULL on error with a message "grammar: line L, column C: REASON" (undefined
+ * rule, left recursion, bad escape, unterminated literal or class, a limit of
+ * src/base/limits.h exceeded, ...). */
+celer_grammar *celer_grammar_compile(const char *text, size_t len);
+void celer_grammar_free(celer_grammar *g);
+/* 1 when the grammar matches all n bytes of s, 0 when it does not, -1 on error
+ * (an automaton limit: the message says which). */
+int celer_grammar_match(const celer_grammar *g, const char *s, size_t n);
+
+/* JSON Schema -> GBNF text (malloc'd, free() it). The schema's own rule is named
+ * prefix and every helper rule prefix-NAME, so several schemas converted with
+ * distinct prefixes join into one grammar:
+ *     root ::= "<tool_call>\n" (tool-a | tool-b) "\n</tool_call>"
+ * With prefix "root" the text is a complete grammar. Whitespace between tokens as
+ * llama.cpp's converter allows it. NULL on error with a message naming the
+ * unsupported keyword (or bad value) and its JSON pointer, e.g.
+ * "json schema: /properties/age: unsupported keyword \"multipleOf\"". The schema
+ * {"type": "json_object"} (OpenAI's response_format) means any JSON object. */
+char *celer_json_schema_to_gbnf(const struct json_t *schema, const char *prefix);
+/* The same from JSON text of len bytes ((size_t)-1: NUL-terminated). */
+char *celer_json_schema_text_to_gbnf(const char *json, size_t len, const char *prefix);
+
+/* The vocabulary index of a tokenizer (borrowed only while building: the index keeps
+ * what it needs). Immutable once built; share it across requests and threads.
+ * NULL on error. */
+celer_grammar_vocab *celer_grammar_vocab_new(const celer_tokenizer *t);
+void celer_grammar_vocab_free(celer_grammar_vocab *v);
+int celer_grammar_vocab_size(const celer_grammar_vocab *v);
+
+/* A state of g over vocabulary v (both borrowed: they outlive the state). With
+ * n_triggers > 0 the state is lazy (llama.cpp's grammar_lazy / grammar_triggers):
+ * every token is allowed until one of the trigger strings appears in the generated
+ * text; the grammar then applies from the start of that trigger (the trigger's own
+ * bytes must be the grammar's first) to the end of the text and constrains every
+ * token after. NULL on error. */
+celer_grammar_state *celer_grammar_state_new(const celer_grammar *g, const celer_grammar_vocab *v,
+                                             const char *const *triggers, int n_triggers);
+void celer_grammar_state_free(celer_grammar_state *st);
+/* 1 once the grammar constrains (at once without triggers). */
+int celer_grammar_state_active(const celer_grammar_state *st);
+/* 1 when the text so far is a complete match (an inactive lazy state: 1). */
+int celer_grammar_state_accepting(const celer_grammar_state *st);
+/* The tokens allowed now: a bitset of celer_grammar_vocab_size(v) bits (token t is
+ * allowed when mask[t / 32] >> (t % 32) & 1), stop tokens not included (they are
+ * allowed exactly when accepting). Valid until the next call on st. NULL with a
+ * message on error (the automaton exceeded a limit). An inactive state: every bit set. */
+const uint32_t *celer_grammar_state_mask(celer_grammar_state *st);
+/* Advances by a generated token (its bytes; a lazy state looks for its triggers).
+ * -1 with a message when the grammar does not allow it (the state is unchanged). */
+int celer_grammar_state_accept_token(celer_grammar_state *st, int32_t token);
+/* Advances by text (e.g. a prefix the caller forces). -1 when not allowed (unchanged). */
+int celer_grammar_state_accept_bytes(celer_grammar_state *st, const char *s, size_t n);
+
 /* ---- Generation: the one loop (engine/generate.c, docs/engine-core.md) ---------
  * A generator steps any number of sequences (each a session of one model with its
  * own sampler) together. Each step feeds every sequence its new tokens in one
@@ -232,6 +309,11 @@ typedef struct {
      * (session at exactly the prompt: the moment to snapshot or cache it); may be NULL */
     void (*on_prompt)(celer_session *s, void *user);
     void *user;                /* given back in events and to on_prompt */
+    /* NULL, or the grammar state that constrains this sequence (borrowed; one per
+     * sequence): each token is sampled from the logits masked by it and advances it;
+     * stop tokens are allowed exactly when it accepts; no allowed token (a dead end)
+     * ends the sequence with CELER_FINISH_ERROR. Such a sequence samples on the host. */
+    celer_grammar_state *grammar;
 } celer_gen_seq;
 
 typedef struct {

@@ -44,6 +44,13 @@ int celer_tokenize(const celer_tokenizer *t, const char *text, size_t len, int a
  * in *len when len is not NULL), or NULL on error. */
 char *celer_detokenize(const celer_tokenizer *t, const int32_t *ids, size_t n, int skip_special, size_t *len);
 
+/* The bytes token id adds in the middle of a text, as they are: a piece of a UTF-8
+ * sequence stays that piece (no U+FFFD), a Metaspace token keeps its space (what
+ * constrained decoding matches tokens by). Special tokens: their text. Returns a
+ * malloc'd buffer (NUL-terminated; its length in *len; "" for an unknown id), NULL on
+ * out of memory. */
+char *celer_tokenizer_token_bytes(const celer_tokenizer *t, int32_t id, size_t *len);
+
 /* Vocabulary size including added tokens (largest id + 1). */
 int celer_tokenizer_n_vocab(const celer_tokenizer *t);
 /* Id of a token string (added tokens first, then the model vocab), or -1. */

@@ -81,6 +81,35 @@
 #define CELER_MAX_TEMPLATE_MEMORY (256u << 20) /* memory of one render: AST, values, scopes, buffers, output */
 #endif
 
+/* ---- grammars and JSON Schema (src/grammar/, docs/grammar.md) ---- */
+#ifndef CELER_MAX_GRAMMAR_BYTES
+#define CELER_MAX_GRAMMAR_BYTES (1u << 20)   /* GBNF text of one grammar */
+#endif
+#ifndef CELER_MAX_GRAMMAR_RULES
+#define CELER_MAX_GRAMMAR_RULES 8192         /* rules, the ones repetition and groups add included */
+#endif
+#ifndef CELER_MAX_GRAMMAR_ELEMENTS
+#define CELER_MAX_GRAMMAR_ELEMENTS (1u << 20) /* compiled elements (after {m,n} is expanded) */
+#endif
+#ifndef CELER_MAX_GRAMMAR_NESTING
+#define CELER_MAX_GRAMMAR_NESTING 128        /* parentheses inside each other */
+#endif
+#ifndef CELER_MAX_GRAMMAR_REPEAT
+#define CELER_MAX_GRAMMAR_REPEAT 1000        /* m and n of x{m,n} */
+#endif
+#ifndef CELER_MAX_GRAMMAR_STACKS
+#define CELER_MAX_GRAMMAR_STACKS 4096        /* parses an automaton state follows at once (ambiguity) */
+#endif
+#ifndef CELER_MAX_GRAMMAR_DEPTH
+#define CELER_MAX_GRAMMAR_DEPTH 4096         /* rules open inside each other while matching */
+#endif
+#ifndef CELER_MAX_SCHEMA_DEPTH
+#define CELER_MAX_SCHEMA_DEPTH 64            /* nesting of JSON Schema subschemas */
+#endif
+#ifndef CELER_MAX_SCHEMA_GBNF
+#define CELER_MAX_SCHEMA_GBNF (1u << 20)     /* GBNF bytes one schema converts to */
+#endif
+
 /* ---- `celer serve` defaults (src/server/, flags in src/cli/cmd_serve.c) ---- */
 #define CELER_SERVE_MAX_BODY (8u << 20)      /* --max-body: request body bytes (413 above) */
 #define CELER_SERVE_QUEUE 64                 /* --queue-size: requests waiting for a slot (503 above) */

@@ -89,7 +89,9 @@ static int byte_of_token(const char *s, size_t n) {
     return v;
 }
 
-static int dec_one(const tk_dec *d, const tk_pieces *in, tk_pieces *out) {
+/* raw: the bytes as they are (no U+FFFD for a partial UTF-8 sequence, no first-piece
+ * rules, no stripping): what one token adds in the middle of a text. */
+static int dec_one(const tk_dec *d, const tk_pieces *in, tk_pieces *out, int raw) {
     tkp_clear(out);
     tk_buf tmp = {0};
     switch (d->kind) {
@@ -109,7 +111,8 @@ static int dec_one(const tk_dec *d, const tk_pieces *in, tk_pieces *out) {
             if (!ok) { tmp.n = at; tkb_put(&tmp, s, n); }
         }
         tk_buf l = {0};
-        utf8_lossy(&l, tmp.p ? tmp.p : "", tmp.n);
+        if (raw) tkb_put(&l, tmp.p ? tmp.p : "", tmp.n);
+        else utf8_lossy(&l, tmp.p ? tmp.p : "", tmp.n);
         tkp_add(out, l.p ? l.p : "", l.n, 0);
         tkb_free(&l);
         break;
@@ -122,7 +125,7 @@ static int dec_one(const tk_dec *d, const tk_pieces *in, tk_pieces *out) {
             size_t j = i;
             int b;
             while (j < in->n && (b = byte_of_token(TOK(in, j), TLEN(in, j))) >= 0) { tkb_putc(&tmp, (char)b); j++; }
-            if (utf8_valid(tmp.p, tmp.n)) tkp_add(out, tmp.p, tmp.n, 0);
+            if (raw || utf8_valid(tmp.p, tmp.n)) tkp_add(out, tmp.p, tmp.n, 0);
             else
                 for (size_t k = i; k < j; k++) tkp_add(out, "\xEF\xBF\xBD", 3, 0);
             i = j;
@@ -140,7 +143,7 @@ static int dec_one(const tk_dec *d, const tk_pieces *in, tk_pieces *out) {
             tmp.n = 0;
             for (size_t j = 0; j < n;) {
                 if (j + (size_t)d->repl_n <= n && !memcmp(s + j, d->repl, (size_t)d->repl_n)) {
-                    if (!(i == 0 && d->scheme != PS_NEVER)) tkb_putc(&tmp, ' ');
+                    if (raw || !(i == 0 && d->scheme != PS_NEVER)) tkb_putc(&tmp, ' ');
                     j += (size_t)d->repl_n;
                 } else tkb_putc(&tmp, s[j++]);
             }
@@ -169,6 +172,10 @@ static int dec_one(const tk_dec *d, const tk_pieces *in, tk_pieces *out) {
         for (size_t i = 0; i < in->n; i++) {
             const char *s = TOK(in, i);
             size_t n = TLEN(in, i), a = 0, b = n;
+            if (raw) {
+                tkp_add(out, s, n, 0);
+                continue;
+            }
             for (int k = 0; k < d->strip_start && a < b; k++) {
                 uint32_t cp;
                 int l = utf8_dec((const unsigned char *)s + a, b - a, &cp);
@@ -192,18 +199,20 @@ static int dec_one(const tk_dec *d, const tk_pieces *in, tk_pieces *out) {
     return oom ? err_set("out of memory decoding") : 0;
 }
 
-int tk_dec_apply(const tk_dec *d, tk_pieces *io) {
+int tk_dec_apply_mode(const tk_dec *d, tk_pieces *io, int raw) {
     if (d->kind != DC_SEQ) {
         tk_pieces out = {0};
-        if (dec_one(d, io, &out)) { tkp_free(&out); return -1; }
+        if (dec_one(d, io, &out, raw)) { tkp_free(&out); return -1; }
         tkp_free(io);
         *io = out;
         return 0;
     }
     for (int i = 0; i < d->n_kids; i++)
-        if (tk_dec_apply(d->kids[i], io)) return -1;
+        if (tk_dec_apply_mode(d->kids[i], io, raw)) return -1;
     return 0;
 }
+
+int tk_dec_apply(const tk_dec *d, tk_pieces *io) { return tk_dec_apply_mode(d, io, 0); }
 
 /* ---- streaming: tokenizers' DecodeStream. The text of ids[prefix_index..] minus the
  * text of the ids before `read` is new when it is longer and does not end in U+FFFD

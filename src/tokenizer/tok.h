@@ -229,6 +229,8 @@ tk_dec *tk_dec_parse(const tj_val *v, const char *where);
 void tk_dec_free(tk_dec *d);
 /* Applies the decoder chain to the token strings in io (replaced by the result). */
 int tk_dec_apply(const tk_dec *d, tk_pieces *io);
+/* raw 1: the bytes as they are (celer_tokenizer_token_bytes), no U+FFFD, no first-piece rules. */
+int tk_dec_apply_mode(const tk_dec *d, tk_pieces *io, int raw);
 
 /* ---- added tokens */
 typedef struct {

@@ -603,6 +603,22 @@ char *celer_detokenize(const celer_tokenizer *t, const int32_t *ids, size_t n, i
     return r;
 }
 
+char *celer_tokenizer_token_bytes(const celer_tokenizer *t, int32_t id, size_t *len) {
+    *len = 0;
+    if (id < 0 || id >= t->n_vocab || !t->id_tok[id]) return calloc(1, 1);
+    tk_pieces p = {0};
+    tkp_add(&p, t->id_tok[id], t->id_len[id], 0);
+    if (p.oom) { tkp_free(&p); err_set("out of memory decoding"); return NULL; }
+    if (t->dec && !t->id_special[id] && tk_dec_apply_mode(t->dec, &p, 1)) { tkp_free(&p); return NULL; }
+    tk_buf out = {0};
+    for (size_t i = 0; i < p.n; i++) tkb_put(&out, p.text.p + p.v[i].off, p.v[i].len);
+    tkp_free(&p);
+    char *r = tkb_cstr(&out);
+    if (!r) { tkb_free(&out); err_set("out of memory decoding"); return NULL; }
+    *len = out.n;
+    return r;
+}
+
 /* ---- chat templates */
 char *tk_jinja_render(const char *tmpl, size_t tmpl_len, const char *where, const tj_val *vars, const char *const *extra,
                       const tj_val *extra_json_name_vals[], size_t *out_len);
