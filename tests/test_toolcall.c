@@ -293,8 +293,12 @@ static void test_request_validation(void) {
             "'messages[1].tool_call_id'", "messages");
     refused(BODY("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\", \"tool_calls\": []}]}"),
             "'messages[0].tool_calls' is only allowed in assistant messages", "messages");
+    /* a call demanded of a tool whose schema the grammar cannot express: 400 naming it;
+     * under auto the same tools are taken (calls unconstrained, still checked) */
+    refused(BODY("{%s, \"tools\": %s, \"tool_choice\": \"required\"}", u, TOOLS),
+            "'tools[0].function.parameters': json schema: /properties/hours: unsupported keyword \"nullable\"", "tools");
     /* accepted: every choice */
-    const char *ok[] = {"\"none\"", "\"auto\"", "\"required\"", "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}", "null"};
+    const char *ok[] = {"\"none\"", "\"auto\"", "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}", "null"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         int st;
         char *msg;
@@ -504,6 +508,77 @@ static void test_response(void) {
     teardown_server();
 }
 
+/* ---- the grammar of the calls ---- */
+
+#define SIMPLE_TOOLS                                                                                                  \
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "   \
+    "\"properties\": {\"location\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}, \"unit\": {\"enum\": "  \
+    "[\"celsius\", \"fahrenheit\"]}}, \"required\": [\"location\"], \"additionalProperties\": false}}}, "              \
+    "{\"type\": \"function\", \"function\": {\"name\": \"now\", \"parameters\": {}}}]"
+
+/* The grammar of SIMPLE_TOOLS under tool_choice `choice` in family fam matches text
+ * (want 1) or not (0); a text it matches parses as want_calls calls of that family. */
+static void grammar_case(const tc_family *fam, const char *choice, const char *text, int want, int want_calls) {
+    char body[2048], err[400];
+    snprintf(body, sizeof body, "{\"tools\": %s, \"tool_choice\": %s}", SIMPLE_TOOLS, choice);
+    json_error_t je;
+    json_t *root = json_loads(body, 0, &je);
+    tc_request *t = NULL;
+    const char *param = NULL;
+    CHECK(tc_request_parse(root, NULL, &t, err, sizeof err, &param) == 0 && t, "parse: %s", err);
+    json_decref(root);
+    if (!t) return;
+    t->fam = fam;
+    CHECK(tc_request_grammar(t, err, sizeof err) == 0 && t->grammar, "grammar: %s", err);
+    int lazy = !strcmp(choice, "\"auto\"");
+    CHECK(t->n_triggers == (lazy ? tc_triggers(t, (const char *[2]){0}) : 0), "triggers");
+    if (t->grammar) {
+        int m = celer_grammar_match(t->grammar, text, strlen(text));
+        CHECK(m == want, "%s %s: match %d, want %d: %s", fam->name, choice, m, want, text);
+        if (lazy && want) { /* a lazy grammar starts with one of its triggers */
+            int starts = 0;
+            for (int i = 0; i < t->n_triggers; i++) starts |= !strncmp(text, t->triggers[i], strlen(t->triggers[i]));
+            CHECK(starts, "%s: text does not start with a trigger", fam->name);
+        }
+    }
+    if (want) {
+        result r = parse_split(fam->syntax, text, NULL, 0, 0);
+        CHECK(r.n_calls == want_calls, "%s: the parser finds %d calls in %s, want %d", fam->name, r.n_calls, text, want_calls);
+        result_free(&r);
+    }
+    tc_request_free(t);
+}
+
+static void test_grammar(void) {
+    const tc_family *h = tc_family_get(TC_HERMES), *l = tc_family_get(TC_LLAMA3), *g = tc_family_get(TC_HARMONY);
+    const tc_family m_args = {TC_MISTRAL, "mistral", "[ARGS]", "[TOOL_CALLS]", 1},
+                    m_arr = {TC_MISTRAL, "mistral", "[TOOL_CALLS]", "[TOOL_CALLS]", 1};
+    const char *req = "\"required\"", *now = "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}";
+    grammar_case(h, req, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\", \"days\": 2}}\n</tool_call>", 1, 1);
+    grammar_case(h, req, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>\n"
+                         "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>", 1, 2);
+    grammar_case(h, req, "<tool_call>\n{\"name\": \"rm\", \"arguments\": {}}\n</tool_call>", 0, 0);
+    grammar_case(h, req, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": 5}}\n</tool_call>", 0, 0);
+    grammar_case(h, req, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 2}}\n</tool_call>", 0, 0);
+    grammar_case(h, req, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"P\", \"x\": 1}}\n</tool_call>", 0, 0);
+    grammar_case(h, req, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"P\", \"unit\": \"kelvin\"}}\n</tool_call>", 0, 0);
+    grammar_case(h, req, "Sure.", 0, 0);
+    grammar_case(h, now, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>", 1, 1);
+    grammar_case(h, now, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}\n</tool_call>", 0, 0);
+    grammar_case(h, "\"auto\"", "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>", 1, 1);
+    grammar_case(l, req, "{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Paris\"}}", 1, 1);
+    grammar_case(l, req, "<|python_tag|>{\"name\": \"now\", \"parameters\": {}}", 1, 1);
+    grammar_case(l, "\"auto\"", "{\"name\": \"now\", \"parameters\": {}}", 1, 1);
+    grammar_case(g, req, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"location\": \"Paris\"}", 1, 1);
+    grammar_case(g, req, "<|channel|>analysis<|message|>The user wants weather.<|end|><|start|>assistant<|channel|>commentary "
+                         "to=functions.now <|constrain|>json<|message|>{}", 1, 1);
+    grammar_case(g, "\"auto\"", " to=functions.now<|channel|>commentary json<|message|>{}", 1, 1);
+    grammar_case(g, req, "<|channel|>commentary to=functions.rm <|constrain|>json<|message|>{}", 0, 0);
+    grammar_case(&m_arr, req, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}, {\"name\": \"now\", \"arguments\": {}}]", 1, 2);
+    grammar_case(&m_args, req, "[TOOL_CALLS]get_weather[ARGS]{\"location\": \"Paris\"}[TOOL_CALLS]now[ARGS]{}", 1, 2);
+    grammar_case(&m_args, now, "[TOOL_CALLS]get_weather[ARGS]{\"location\": \"Paris\"}", 0, 0);
+}
+
 int main(void) {
     RUN(test_hermes_reference);
     RUN(test_hermes);
@@ -515,5 +590,6 @@ int main(void) {
     RUN(test_request_validation);
     RUN(test_template_with_tools);
     RUN(test_response);
+    RUN(test_grammar);
     return harness_done();
 }

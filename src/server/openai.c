@@ -351,6 +351,10 @@ static int parse_messages(srv *s, srv_request *r, const json_t *root, perr *e) {
         json_decref(norm);
         return fail(e, tparam ? 400 : 500, tparam, "%s", tbuf);
     }
+    if (tc_request_grammar(r->tools, tbuf, sizeof tbuf)) {
+        json_decref(norm);
+        return fail(e, 400, "tools", "%s", tbuf);
+    }
     if (tc_messages_prepare(norm, tbuf, sizeof tbuf)) {
         json_decref(norm);
         return fail(e, 400, "messages", "%s", tbuf);

@@ -23,7 +23,8 @@
 static const tc_family tc_families[] = {
     /* probed in this order: gpt-oss's vocabulary has no <tool_call>, Qwen's has no [TOOL_CALLS] */
     {TC_HARMONY, "harmony", "<|call|>", "<|channel|>commentary to=functions.", 1},
-    {TC_MISTRAL, "mistral", "[TOOL_CALLS]", "[TOOL_CALLS]", 1},
+    {TC_MISTRAL, "mistral", "[ARGS]", "[TOOL_CALLS]", 1},       /* [TOOL_CALLS]name[ARGS]{...} (tekken v11+) */
+    {TC_MISTRAL, "mistral", "[TOOL_CALLS]", "[TOOL_CALLS]", 1}, /* [TOOL_CALLS][{"name", "arguments"}] */
     {TC_HERMES, "hermes", "<tool_call>", "<tool_call>", 0},
     {TC_LLAMA3, "llama3", "<|python_tag|>", "{\"name\":", 1},
 };

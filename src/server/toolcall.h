@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "celer.h"
 #include "celer_tokenizer.h"
 
 typedef enum { TC_HERMES = 1, TC_LLAMA3, TC_HARMONY, TC_MISTRAL } tc_syntax;
@@ -46,6 +47,11 @@ typedef struct tc_request {
     int named;                  /* TC_CHOICE_NAMED: index into names */
     int parallel;               /* parallel_tool_calls (default 1) */
     const tc_family *fam;
+    /* the grammar of the allowed calls (tc_request_grammar): constrains from the first
+     * token (required, named), or lazily from a trigger (auto) */
+    celer_grammar *grammar;
+    const char *triggers[2];    /* static strings */
+    int n_triggers;             /* 0: not lazy */
     /* streaming state of the HTTP side: one parser per choice, made on first use */
     tc_parser **stream;         /* [n_stream] */
     int n_stream;
@@ -58,6 +64,16 @@ typedef struct tc_request {
  * top-level parameter in *param. */
 int tc_request_parse(const json_t *root, const celer_tokenizer *tok, tc_request **out, char *err, size_t errn,
                      const char **param);
+/* The GBNF of the calls t allows in its family's syntax (malloc'd); lazy: the grammar
+ * that starts at a trigger (tc_triggers). NULL with err: a schema the converter does
+ * not support, naming tools[i].function.parameters and the keyword. */
+char *tc_grammar_text(const tc_request *t, int lazy, char *err, size_t errn);
+/* The family's trigger strings (static) into triggers[2]; their count. */
+int tc_triggers(const tc_request *t, const char **triggers);
+/* Compiles t->grammar (and sets the triggers) when t is active; 0 when inactive.
+ * -1 with err (an unsupported schema, a grammar that does not compile) when tool_choice
+ * demands a call; under auto such tools leave t->grammar NULL (calls unconstrained). */
+int tc_request_grammar(tc_request *t, char *err, size_t errn);
 /* 1 when generated text must be parsed for calls (tools given, tool_choice not none). */
 int tc_request_active(const tc_request *r);
 void tc_request_free(tc_request *r);

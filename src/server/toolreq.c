@@ -130,6 +130,7 @@ void tc_request_free(tc_request *r) {
     for (int i = 0; i < r->n_tools; i++) free(r->names[i]);
     free(r->names);
     free(r->params);
+    celer_grammar_free(r->grammar);
     for (int i = 0; i < r->n_stream; i++) tc_parser_free(r->stream[i]);
     free(r->stream);
     json_decref(r->tools);
