@@ -22,6 +22,7 @@
  * Both paths end a token through finish_token, so the finish rules are one piece of
  * code: stop token, then stop string, then max_tokens, then context full (the
  * session holds ctx tokens: the token cannot be fed). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 #include "base/settings.h"
 #include "engine/engine.h"
 #include "engine/sample.h"
+#include "grammar/grammar.h"
 
 enum { SEQ_FREE = 0, SEQ_PREFILL, SEQ_READY, SEQ_PENDING, SEQ_INFLIGHT, SEQ_DONE };
 
@@ -49,6 +51,7 @@ typedef struct {
     sample_rng before;      /* INFLIGHT: the sampler's generator before the draw in flight */
     char *text;             /* [text_cap] this step's event text */
     size_t text_len, text_cap;
+    float *masked;          /* [vocab] with a grammar: the logits with disallowed tokens at -inf (kept across uses) */
     char err[512];
 } gseq;
 
@@ -85,9 +88,11 @@ static void seq_clear(gseq *q) {
     free(q->prompt);
     char *text = q->text;
     size_t cap = q->text_cap;
+    float *masked = q->masked;
     memset(q, 0, sizeof *q);
     q->text = text; /* kept for the next sequence in this place */
     q->text_cap = cap;
+    q->masked = masked;
 }
 
 /* Undoes a pipelined step in flight: the forward that fed the last reported token
@@ -114,6 +119,7 @@ void celer_gen_free(celer_gen *g) {
         celer_gen_cancel(g, i);
         seq_clear(g->seq[i]);
         free(g->seq[i]->text);
+        free(g->seq[i]->masked);
         free(g->seq[i]);
     }
     free(g->seq);
@@ -283,12 +289,14 @@ oom:
 /* ---------------------------------------------------------------- the device path */
 
 /* 1 when q's tokens can be drawn on the device: a backend sampler, no penalties,
- * no logits wanted on the host, and a vocabulary every table covers (the device's
+ * no logits wanted on the host, no grammar (its mask for token N+1 depends on token
+ * N, which the pipeline has not read back yet), and a vocabulary every table covers (the device's
  * tokens skip the host's range checks; a per-layer table shorter than the
  * vocabulary needs them). */
 static int device_ok(const celer_gen *g, const gseq *q, sample_params *sp) {
     const model *m = g->cm->m;
-    return m->be->ops->sample && !q->host_only && !q->p.want_logits && setting_flag(SET_CELER_DEVICE_SAMPLE) &&
+    return m->be->ops->sample && !q->host_only && !q->p.want_logits && !q->p.grammar &&
+           setting_flag(SET_CELER_DEVICE_SAMPLE) &&
            sample_device_params(q->smp, sp) && !(m->cfg.ple_dim > 0 && m->cfg.ple_vocab < m->cfg.vocab);
 }
 
@@ -363,7 +371,36 @@ static void land(celer_gen *g, gseq *q, celer_gen_event *e) {
 
 /* ---------------------------------------------------------------- the host path */
 
-static void host_sample(gseq *q, celer_gen_event *e) {
+/* A grammar's pick: the logits masked (disallowed tokens at -inf; the stop tokens
+ * allowed exactly when the grammar accepts), sampled, and the grammar advanced.
+ * -1 (message set) on a dead end or a grammar error. */
+static int grammar_sample(celer_gen *g, gseq *q, const float *logits, int32_t *out) {
+    celer_grammar_state *gr = q->p.grammar;
+    const int V = g->cm->m->cfg.vocab;
+    const uint32_t *mask = celer_grammar_state_mask(gr);
+    if (!mask) return -1;
+    if (!q->masked && !(q->masked = mem_alloc((size_t)V * sizeof *q->masked, "grammar logits"))) return -1;
+    const int accepting = celer_grammar_state_accepting(gr), nv = grammar_state_n_vocab(gr);
+    int allowed = 0, first = -1;
+    for (int i = 0; i < V; i++) {
+        int ok = i < nv && ((mask[i >> 5] >> (i & 31)) & 1);
+        if (i == q->p.stop_token || celer_sampler_is_stop(q->smp, i)) ok = accepting;
+        q->masked[i] = ok ? logits[i] : -INFINITY;
+        if (ok && first < 0) first = i;
+        allowed += ok;
+    }
+    if (!allowed)
+        return err_set("grammar: dead end after %d generated tokens: no token is allowed and the text is not "
+                       "complete", q->n_gen);
+    int32_t t = celer_sampler_sample(q->smp, q->masked);
+    if (q->masked[t] == -INFINITY) t = first; /* every allowed token's logit was -inf */
+    if (!(celer_sampler_is_stop(q->smp, t) || t == q->p.stop_token) && celer_grammar_state_accept_token(gr, t) != 0)
+        return -1;
+    *out = t;
+    return 0;
+}
+
+static void host_sample(celer_gen *g, gseq *q, celer_gen_event *e) {
     celer_session *s = q->p.session;
     const float *logits = celer_session_logits(s);
     if (!logits) {
@@ -371,7 +408,13 @@ static void host_sample(gseq *q, celer_gen_event *e) {
         fail(q, e);
         return;
     }
-    const int32_t t = celer_sampler_sample(q->smp, logits);
+    int32_t t = -1;
+    if (q->p.grammar) {
+        if (grammar_sample(g, q, logits, &t) != 0) {
+            fail(q, e);
+            return;
+        }
+    } else t = celer_sampler_sample(q->smp, logits);
     if (q->p.want_logits) e->logits = logits;
     if (!finish_token(q, t, s->pos, e)) {
         q->pending = t;
@@ -491,7 +534,7 @@ int celer_gen_step(celer_gen *g, const celer_gen_event **events) {
             }
             q->host_only = 1; /* these filters need the host */
         }
-        host_sample(q, e);
+        host_sample(g, q, e);
     }
     return n_ev;
 }

@@ -20,6 +20,7 @@
 #include "grammar/grammar.h"
 
 #define GM_BUDGET (64u << 20) /* bytes of tables before gm_compact starts over */
+#define GM_UNSET (UINT32_MAX - 1)
 #define GM_EXPAND_STEPS (1u << 20) /* expansion calls for one byte (nullable chains) */
 
 struct gm {
@@ -34,7 +35,9 @@ struct gm {
     size_t n_pool, cap_pool;
     uint32_t *shash;                /* [shcap] state id + 1, 0: empty */
     uint32_t shcap;
-    uint64_t *tkey;                 /* [tcap] transitions: key + 1 (0: empty) */
+    uint32_t **rows;                /* [cap_rows] per state: next state by byte (GM_UNSET: not yet known), or NULL */
+    uint32_t cap_rows, n_rows;
+    uint64_t *tkey;                 /* [tcap] literal-only transitions: key + 1 (0: empty) */
     uint32_t *tval;
     uint32_t tcap, tn;
     uint32_t *buf;                  /* [cap_buf] stacks of the state being built */
@@ -250,6 +253,10 @@ static void tables_free(gm *m) {
     free(m->npos), free(m->npar), free(m->ndepth), free(m->nhash);
     free(m->soff), free(m->slen), free(m->pool), free(m->shash);
     free(m->tkey), free(m->tval);
+    for (uint32_t i = 0; i < m->cap_rows; i++) free(m->rows ? m->rows[i] : NULL);
+    free(m->rows);
+    m->rows = NULL;
+    m->cap_rows = m->n_rows = 0;
     m->npos = m->npar = m->ndepth = m->nhash = m->soff = m->slen = m->pool = m->shash = m->tval = NULL;
     m->tkey = NULL;
     m->n_nodes = m->cap_nodes = m->nhcap = m->n_states = m->cap_states = m->shcap = m->tcap = m->tn = 0;
@@ -307,12 +314,8 @@ static int trans_grow(gm *m) {
     return 0;
 }
 
-uint32_t gm_step(gm *m, uint32_t s, unsigned b, int lit) {
-    if (s == GM_DEAD || m->failed) return GM_DEAD;
-    const uint64_t key = (((uint64_t)s << 9) | ((uint64_t)(lit != 0) << 8) | b) + 1;
-    uint32_t j = (uint32_t)mix(key) & (m->tcap - 1);
-    for (; m->tkey[j]; j = (j + 1) & (m->tcap - 1))
-        if (m->tkey[j] == key) return m->tval[j];
+/* The transition computed: the stacks of s that take b, expanded. */
+static uint32_t compute(gm *m, uint32_t s, unsigned b, int lit) {
     const celer_grammar *g = m->g;
     m->n_buf = 0;
     m->steps = 0;
@@ -325,7 +328,48 @@ uint32_t gm_step(gm *m, uint32_t s, unsigned b, int lit) {
         if (lit && !e->lit) continue;
         if (gset_has(g->sets[e->v], b)) expand(m, pos + 1, m->npar[nd]);
     }
-    uint32_t t = finish(m);
+    return finish(m);
+}
+
+/* The row of next states of s (made on first use), NULL on out of memory. */
+static uint32_t *row(gm *m, uint32_t s) {
+    if (s >= m->cap_rows) {
+        uint32_t cap = m->cap_rows ? m->cap_rows : 256;
+        while (cap <= s) cap *= 2;
+        uint32_t **r = realloc(m->rows, cap * sizeof *r);
+        if (!r) return NULL;
+        memset(r + m->cap_rows, 0, (cap - m->cap_rows) * sizeof *r);
+        m->rows = r;
+        m->cap_rows = cap;
+    }
+    if (!m->rows[s]) {
+        if (!(m->rows[s] = malloc(256 * sizeof **m->rows))) return NULL;
+        for (int i = 0; i < 256; i++) m->rows[s][i] = GM_UNSET;
+        m->n_rows++;
+    }
+    return m->rows[s];
+}
+
+uint32_t gm_step(gm *m, uint32_t s, unsigned b, int lit) {
+    if (s == GM_DEAD || m->failed) return GM_DEAD;
+    if (!lit) {
+        /* the hot path of a mask walk: one load once the row is known */
+        if (s < m->cap_rows && m->rows[s] && m->rows[s][b] != GM_UNSET) return m->rows[s][b];
+        uint32_t t = compute(m, s, b, 0);
+        if (m->failed) return GM_DEAD;
+        uint32_t *r = row(m, s);
+        if (!r) {
+            fail(m, "grammar: out of memory");
+            return GM_DEAD;
+        }
+        r[b] = t;
+        return t;
+    }
+    const uint64_t key = (((uint64_t)s << 9) | ((uint64_t)(lit != 0) << 8) | b) + 1;
+    uint32_t j = (uint32_t)mix(key) & (m->tcap - 1);
+    for (; m->tkey[j]; j = (j + 1) & (m->tcap - 1))
+        if (m->tkey[j] == key) return m->tval[j];
+    uint32_t t = compute(m, s, b, lit);
     if (m->failed) return GM_DEAD;
     if ((m->tn + 1) * 2 >= m->tcap) {
         if (trans_grow(m)) {
@@ -341,9 +385,38 @@ uint32_t gm_step(gm *m, uint32_t s, unsigned b, int lit) {
     return t;
 }
 
+int gm_walk(gm *m, uint32_t s, const celer_grammar_vocab *v, uint32_t *out, uint32_t *S) {
+    const struct vocab_entry *E = v->sorted;
+    const uint8_t *blob = (const uint8_t *)v->sblob;
+    S[0] = s;
+    for (int i = 0; i < v->n_sorted;) {
+        const uint8_t *b = blob + E[i].off;
+        const uint32_t len = E[i].len;
+        uint32_t d = E[i].lcp;
+        while (d < len) {
+            const uint32_t from = S[d];
+            uint32_t t;
+            if (from < m->cap_rows && m->rows[from] && (t = m->rows[from][b[d]]) != GM_UNSET) {
+            } else t = gm_step(m, from, b[d], 0);
+            if (t == GM_DEAD) break;
+            S[++d] = t;
+        }
+        if (d == len) {
+            const int32_t id = E[i].id;
+            out[id >> 5] |= 1u << (id & 31);
+            i++;
+        } else {
+            if (m->failed) return -1;
+            for (i++; i < v->n_sorted && E[i].lcp > d; i++) {
+            } /* every token under the refused prefix */
+        }
+    }
+    return m->failed ? -1 : 0;
+}
+
 size_t gm_bytes(const gm *m) {
     return (size_t)m->cap_nodes * 12 + (size_t)m->nhcap * 4 + (size_t)m->cap_states * 8 + m->cap_pool * 4 +
-           (size_t)m->shcap * 4 + (size_t)m->tcap * 12;
+           (size_t)m->shcap * 4 + (size_t)m->tcap * 12 + (size_t)m->cap_rows * 8 + (size_t)m->n_rows * 1024;
 }
 
 uint32_t gm_compact(gm *m, uint32_t keep) {

@@ -73,11 +73,25 @@ struct celer_grammar_vocab {
     char *blob;            /* every token's bytes */
     uint32_t *off, *len;   /* [n_vocab] token id's bytes in blob */
     uint8_t *special;      /* [n_vocab] special tokens: matched only by literals */
-    int32_t *sorted;       /* [n_sorted] non-special tokens with bytes, in byte order */
-    uint32_t *lcp;         /* [n_sorted] bytes shared with the token before in that order */
+    /* the non-special tokens with bytes, in byte order, laid out for one sequential
+     * pass: their bytes again in that order (sblob) */
+    struct vocab_entry {
+        int32_t id;
+        uint32_t len;
+        uint32_t lcp;      /* bytes shared with the entry before */
+        uint32_t off;      /* in sblob */
+    } *sorted;             /* [n_sorted] */
+    char *sblob;
     int n_sorted;
     int32_t *specials;     /* [n_specials] */
     int n_specials;
     uint32_t max_len;      /* longest token in bytes */
 };
+/* Sets in out (zeroed by the caller) the bit of every non-special token of v whose
+ * bytes state s can take: one pass over v's sorted tokens (a trie walk), S
+ * [max_len + 1] as scratch. -1 when a limit was hit. */
+int gm_walk(gm *m, uint32_t s, const celer_grammar_vocab *v, uint32_t *out, uint32_t *S);
+
+/* ---- state.c: the vocabulary size a state's masks cover (tokens past it: never allowed). */
+int grammar_state_n_vocab(const celer_grammar_state *st);
 #endif

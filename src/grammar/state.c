@@ -87,6 +87,8 @@ void celer_grammar_state_free(celer_grammar_state *st) {
 
 int celer_grammar_state_active(const celer_grammar_state *st) { return st->active; }
 
+int grammar_state_n_vocab(const celer_grammar_state *st) { return st->v->n_vocab; }
+
 int celer_grammar_state_accepting(const celer_grammar_state *st) {
     return !st->active || gm_accepting(st->m, st->cur);
 }
@@ -97,23 +99,7 @@ static int compute_mask(celer_grammar_state *st, uint32_t *out) {
     gm *m = st->m;
     uint32_t *S = st->walk;
     memset(out, 0, st->nwords * sizeof *out);
-    S[0] = st->cur;
-    for (int i = 0; i < v->n_sorted;) {
-        const int32_t id = v->sorted[i];
-        const uint8_t *b = (const uint8_t *)v->blob + v->off[id];
-        const uint32_t len = v->len[id];
-        uint32_t d = v->lcp[i];
-        while (d < len) {
-            uint32_t t = gm_step(m, S[d], b[d], 0);
-            if (t == GM_DEAD) break;
-            S[++d] = t;
-        }
-        if (gm_failed(m)) return -1;
-        i++;
-        if (d == len) out[id >> 5] |= 1u << (id & 31);
-        else
-            while (i < v->n_sorted && v->lcp[i] > d) i++; /* every token under the refused prefix */
-    }
+    if (gm_walk(m, st->cur, v, out, S) != 0) return -1;
     for (int k = 0; k < v->n_specials; k++) {
         const int32_t id = v->specials[k];
         const uint8_t *b = (const uint8_t *)v->blob + v->off[id];

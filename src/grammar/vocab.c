@@ -14,7 +14,7 @@
 
 static int cmp_tok(const void *a, const void *b, void *ctx) {
     const celer_grammar_vocab *v = ctx;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    int32_t x = ((const struct vocab_entry *)a)->id, y = ((const struct vocab_entry *)b)->id;
     uint32_t lx = v->len[x], ly = v->len[y];
     int c = memcmp(v->blob + v->off[x], v->blob + v->off[y], lx < ly ? lx : ly);
     if (c) return c;
@@ -36,9 +36,8 @@ celer_grammar_vocab *celer_grammar_vocab_new(const celer_tokenizer *t) {
     v->len = calloc((size_t)V + 1, sizeof *v->len);
     v->special = calloc((size_t)V + 1, 1);
     v->sorted = malloc(((size_t)V + 1) * sizeof *v->sorted);
-    v->lcp = malloc(((size_t)V + 1) * sizeof *v->lcp);
     v->specials = malloc(((size_t)V + 1) * sizeof *v->specials);
-    if (!v->blob || !v->off || !v->len || !v->special || !v->sorted || !v->lcp || !v->specials) goto oom;
+    if (!v->blob || !v->off || !v->len || !v->special || !v->sorted || !v->specials) goto oom;
     for (int id = 0; id < V; id++) {
         size_t n;
         char *b = celer_tokenizer_token_bytes(t, id, &n);
@@ -62,17 +61,24 @@ celer_grammar_vocab *celer_grammar_vocab_new(const celer_tokenizer *t) {
         if (celer_tokenizer_is_special(t, id)) {
             v->special[id] = 1;
             v->specials[v->n_specials++] = id;
-        } else v->sorted[v->n_sorted++] = id;
+        } else v->sorted[v->n_sorted++].id = id;
     }
     qsort_r(v->sorted, (size_t)v->n_sorted, sizeof *v->sorted, cmp_tok, v);
+    if (!(v->sblob = malloc(used + 1))) goto oom;
+    size_t at = 0;
     for (int i = 0; i < v->n_sorted; i++) {
+        struct vocab_entry *e = &v->sorted[i];
+        e->len = v->len[e->id];
+        e->off = (uint32_t)at;
+        memcpy(v->sblob + at, v->blob + v->off[e->id], e->len);
+        at += e->len;
         uint32_t l = 0;
         if (i) {
-            int32_t a = v->sorted[i - 1], b = v->sorted[i];
-            uint32_t m = v->len[a] < v->len[b] ? v->len[a] : v->len[b];
-            while (l < m && v->blob[v->off[a] + l] == v->blob[v->off[b] + l]) l++;
+            const struct vocab_entry *p = &v->sorted[i - 1];
+            uint32_t m = p->len < e->len ? p->len : e->len;
+            while (l < m && v->sblob[p->off + l] == v->sblob[e->off + l]) l++;
         }
-        v->lcp[i] = l;
+        e->lcp = l;
     }
     return v;
 oom:
@@ -85,7 +91,7 @@ fail:
 void celer_grammar_vocab_free(celer_grammar_vocab *v) {
     if (!v) return;
     free(v->blob), free(v->off), free(v->len), free(v->special);
-    free(v->sorted), free(v->lcp), free(v->specials);
+    free(v->sorted), free(v->sblob), free(v->specials);
     free(v);
 }
 
