@@ -7,7 +7,7 @@
 // the same call; under "auto" it answers in text; bad tools are 400s naming the field.
 import { openaiClass, check, kase, done, bad } from './lib.mjs';
 
-const [port] = process.argv.slice(2);
+const [port, mode] = process.argv.slice(2);
 const OpenAI = openaiClass();
 const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'x', maxRetries: 0, timeout: 120000 });
 
@@ -65,6 +65,43 @@ function checkCall(name, c, allowed) {
 }
 
 const named = { type: 'function', function: { name: 'get_weather' } };
+
+// `harmony`: the gpt_oss fixture (random weights) with a harmony tokenizer: the calls
+// go through special-token markers (kept in the text for the parser) and the grammar's
+// special-token literals.
+if (mode === 'harmony') {
+  const place = { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { location: { type: 'string', maxLength: 8 } }, required: ['location'], additionalProperties: false } } };
+  const hask = (extra) => client.chat.completions.create({ model: 'default', messages: [{ role: 'user', content: 'Weather?' }], max_tokens: 300, tools: [place, flag], ...extra });
+  const hvalid = (tc) => {
+    let a = null;
+    try { a = JSON.parse(tc?.function?.arguments); } catch (e) { a = null; }
+    return a && typeof a.location === 'string' && [...a.location].length <= 8 && Object.keys(a).every((k) => k === 'location');
+  };
+  for (const seed of [1, 2]) {
+    await kase(`harmony seed ${seed}`, async () => {
+      const r = await hask({ tool_choice: named, seed });
+      const c = r.choices[0], tc = c.message.tool_calls ?? [];
+      check(`harmony seed ${seed}: a valid call`, c.finish_reason === 'tool_calls' && tc.length === 1 && tc[0].function.name === 'get_weather' &&
+        hvalid(tc[0]) && c.message.content === null, JSON.stringify(c));
+      const s = await hask({ tool_choice: named, seed, stream: true });
+      const calls = [];
+      let content = '', finish = null;
+      for await (const ch of s) {
+        for (const x of ch.choices) {
+          if (x.delta?.content) content += x.delta.content;
+          for (const d of x.delta?.tool_calls ?? []) {
+            if (d.id) calls[d.index] = { name: d.function.name, arguments: d.function.arguments ?? '' };
+            else calls[d.index].arguments += d.function?.arguments ?? '';
+          }
+          if (x.finish_reason) finish = x.finish_reason;
+        }
+      }
+      check(`harmony seed ${seed}: streamed, the same call and no markup`, calls.length === 1 && tc[0] && calls[0].name === 'get_weather' &&
+        calls[0].arguments === tc[0].function.arguments && finish === 'tool_calls' && content === '', `${JSON.stringify(calls)} ${finish} ${JSON.stringify(content)}`);
+    });
+  }
+  done();
+}
 const plain = {};
 for (const seed of [1, 2, 3, 4]) {
   await kase(`named tool_choice, seed ${seed}`, async () => {
