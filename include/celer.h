@@ -312,7 +312,9 @@ typedef struct {
     /* NULL, or the grammar state that constrains this sequence (borrowed; one per
      * sequence): each token is sampled from the logits masked by it and advances it;
      * stop tokens are allowed exactly when it accepts; no allowed token (a dead end)
-     * ends the sequence with CELER_FINISH_ERROR. Such a sequence samples on the host. */
+     * ends the sequence with CELER_FINISH_ERROR, and a complete text after which the
+     * grammar allows nothing (no stop token given) with CELER_FINISH_STOP_TOKEN and
+     * token -1. Such a sequence samples on the host. */
     celer_grammar_state *grammar;
 } celer_gen_seq;
 

@@ -17,6 +17,9 @@
 #define LLVMFuzzerTestOneInput fuzz_jinja_one
 #include "../fuzz/fuzz_jinja.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_grammar_one
+#include "../fuzz/fuzz_grammar.c"
+#undef LLVMFuzzerTestOneInput
 
 /* Calls fn on every file of dir; the number of files, -1 when dir is missing. */
 static int each_file(const char *dir, void (*fn)(const char *path, const char *name)) {
@@ -87,10 +90,19 @@ static void jinja(void) {
     CHECK(each_file("fuzz/regress/fuzz_jinja", one_entry) > 0, "no regression inputs in fuzz/regress/fuzz_jinja");
 }
 
+/* The grammar harness's seeds (its promises: a message for every refusal, converted
+ * schemas compile) and any regression found since. */
+static void grammar(void) {
+    g_entry = fuzz_grammar_one;
+    CHECK(each_file("fuzz/seeds/fuzz_grammar", one_entry) > 0, "no seeds in fuzz/seeds/fuzz_grammar");
+    each_file("fuzz/regress/fuzz_grammar", one_entry); /* absent until a crash is found */
+}
+
 int main(void) {
     RUN(config);
     RUN(jinja);
     RUN(tokenizer_json);
     RUN(server_request);
+    RUN(grammar);
     return harness_done();
 }

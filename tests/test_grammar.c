@@ -192,6 +192,206 @@ static void state_api(void) {
     CHECK(match("root ::= \"ab\" | \"abc\"", "abc") == 1, "longer alternative");
 }
 
+
+/* ---- JSON Schema -> GBNF: what the schema allows, by its meaning */
+
+static int schema_match(const char *schema, const char *json) {
+    char *gbnf = celer_json_schema_text_to_gbnf(schema, (size_t)-1, "root");
+    if (!gbnf) {
+        printf("  convert failed: %s\n", celer_last_error());
+        return -2;
+    }
+    celer_grammar *g = celer_grammar_compile(gbnf, (size_t)-1);
+    if (!g) printf("  compile failed: %s\n%s\n", celer_last_error(), gbnf);
+    int r = g ? celer_grammar_match(g, json, strlen(json)) : -2;
+    celer_grammar_free(g);
+    free(gbnf);
+    return r;
+}
+
+#define S_ACCEPT(sc, j) CHECK(schema_match(sc, j) == 1, "%s should accept %s", sc, j)
+#define S_REJECT(sc, j) CHECK(schema_match(sc, j) == 0, "%s should reject %s", sc, j)
+
+static void schema_types(void) {
+    S_ACCEPT("{\"type\":\"integer\"}", "-12");
+    S_REJECT("{\"type\":\"integer\"}", "1.5");
+    S_REJECT("{\"type\":\"integer\"}", "012");
+    S_ACCEPT("{\"type\":\"number\"}", "1.5e-3");
+    S_ACCEPT("{\"type\":\"boolean\"}", "false");
+    S_ACCEPT("{\"type\":\"null\"}", "null");
+    S_ACCEPT("{\"type\":\"string\"}", "\"a\\\"b\\u00e9\xC3\xA9\"");
+    S_REJECT("{\"type\":\"string\"}", "\"a\nb\"");
+    S_ACCEPT("{\"type\":[\"string\",\"null\"]}", "null");
+    S_REJECT("{\"type\":[\"string\",\"null\"]}", "1");
+    S_ACCEPT("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"\xC3\xA9\xC3\xA9\xC3\xA9\"");
+    S_REJECT("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"abcd\"");
+    S_REJECT("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"a\"");
+    S_ACCEPT("{}", "[1, {\"a\": null}]");
+    S_ACCEPT("{\"type\":\"json_object\"}", "{\"x\": [true]}");
+    S_REJECT("{\"type\":\"json_object\"}", "[]");
+}
+
+static void schema_objects(void) {
+    const char *o = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"},"
+                    "\"c\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}";
+    S_ACCEPT(o, "{\"b\": \"x\"}");
+    S_ACCEPT(o, "{\"b\":\"x\",\"a\":1,\"c\":true}");
+    S_ACCEPT(o, "{ \"b\" : \"x\" , \"c\" : true }");
+    S_REJECT(o, "{\"a\": 1}");              /* b is required */
+    S_REJECT(o, "{\"b\": 1}");              /* b is a string */
+    S_REJECT(o, "{\"b\": \"x\", \"d\": 1}"); /* no additional properties when the schema names none */
+    const char *opt = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}}}";
+    S_ACCEPT(opt, "{}");
+    S_ACCEPT(opt, "{\"b\": 2}");
+    S_ACCEPT(opt, "{\"a\": 1, \"b\": 2}");
+    S_REJECT(opt, "{\"a\": 1,}");
+    S_REJECT(opt, "{,\"a\": 1}");
+    const char *add = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+                      "\"additionalProperties\":{\"type\":\"boolean\"}}";
+    S_ACCEPT(add, "{\"a\": 1, \"zz\": true, \"y\": false}");
+    S_ACCEPT(add, "{\"zz\": true}");
+    S_REJECT(add, "{\"a\": 1, \"zz\": 3}");
+    S_ACCEPT("{\"type\":\"object\",\"additionalProperties\":true,\"properties\":{}}", "{\"q\": [1]}");
+    /* whitespace as llama.cpp's converter allows it: one space, or newlines and indentation */
+    S_ACCEPT(opt, "{\n  \"a\": 1\n}");
+    S_REJECT(opt, "{  \"a\": 1}");
+}
+
+static void schema_arrays_enums_refs(void) {
+    const char *a = "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":1,\"maxItems\":2}";
+    S_REJECT(a, "[]");
+    S_ACCEPT(a, "[1]");
+    S_ACCEPT(a, "[1, 2]");
+    S_REJECT(a, "[1, 2, 3]");
+    S_REJECT(a, "[\"x\"]");
+    S_ACCEPT("{\"type\":\"array\"}", "[1, \"a\", null]");
+    const char *e = "{\"enum\":[\"red\",1,null,{\"k\":[true]}]}";
+    S_ACCEPT(e, "\"red\"");
+    S_ACCEPT(e, "1");
+    S_ACCEPT(e, "{\"k\":[true]}");
+    S_REJECT(e, "\"blue\"");
+    S_ACCEPT("{\"const\":\"x\\\"y\"}", "\"x\\\"y\"");
+    S_REJECT("{\"const\":\"x\"}", "\"y\"");
+    const char *any = "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":1}]}";
+    S_ACCEPT(any, "5");
+    S_ACCEPT(any, "\"z\"");
+    S_REJECT(any, "\"zz\"");
+    const char *ref = "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+                      "\"next\":{\"anyOf\":[{\"type\":\"null\"},{\"$ref\":\"#/$defs/node\"}]}},\"required\":[\"v\",\"next\"]}},"
+                      "\"$ref\":\"#/$defs/node\"}";
+    S_ACCEPT(ref, "{\"v\": 1, \"next\": {\"v\": 2, \"next\": null}}");
+    S_REJECT(ref, "{\"v\": 1, \"next\": {\"v\": 2}}");
+}
+
+static void schema_strings(void) {
+    S_ACCEPT("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-12-31\"");
+    S_REJECT("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-30\"");
+    S_REJECT("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-13-01\"");
+    S_ACCEPT("{\"type\":\"string\",\"format\":\"time\"}", "\"23:59:59.5+01:00\"");
+    S_REJECT("{\"type\":\"string\",\"format\":\"time\"}", "\"24:00:00Z\"");
+    S_ACCEPT("{\"type\":\"string\",\"format\":\"date-time\"}", "\"2024-01-02T03:04:05Z\"");
+    S_ACCEPT("{\"type\":\"string\",\"format\":\"uuid\"}", "\"0f8fad5b-d9cb-469f-a165-70867728950e\"");
+    S_REJECT("{\"type\":\"string\",\"format\":\"uuid\"}", "\"0f8fad5b-d9cb-469f-a165-70867728950\"");
+    const char *p = "{\"type\":\"string\",\"pattern\":\"^(ab|c)+[0-9]{2}\\\\.x?$\"}";
+    S_ACCEPT(p, "\"abcab12.\"");
+    S_ACCEPT(p, "\"c00.x\"");
+    S_REJECT(p, "\"12.\"");
+    S_REJECT(p, "\"ab1.\"");
+    S_REJECT(p, "\"ab12.xy\"");
+    /* unanchored: the match may sit anywhere in the string */
+    S_ACCEPT("{\"type\":\"string\",\"pattern\":\"\\\\d\\\\d\"}", "\"x12y\"");
+    S_REJECT("{\"type\":\"string\",\"pattern\":\"\\\\d\\\\d\"}", "\"x1y\"");
+    /* characters JSON escapes are generated escaped */
+    S_ACCEPT("{\"type\":\"string\",\"pattern\":\"^a\\\"[\\\\n]$\"}", "\"a\\\"\\n\"");
+    S_ACCEPT("{\"type\":\"string\",\"pattern\":\"^[^a-c]\\\\w\\\\s.$\"}", "\"d_ z\"");
+    S_REJECT("{\"type\":\"string\",\"pattern\":\"^[^a-c]\\\\w\\\\s.$\"}", "\"a_ z\"");
+}
+
+static void expect_schema_error(const char *schema, const char *what) {
+    char *g = celer_json_schema_text_to_gbnf(schema, (size_t)-1, "root");
+    CHECK(!g, "%s should be refused", schema);
+    free(g);
+    CHECK_STR_HAS(celer_last_error(), what);
+}
+
+static void schema_errors(void) {
+    expect_schema_error("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":1}}}",
+                        "json schema: /properties/a: unsupported keyword \"minimum\"");
+    expect_schema_error("{\"allOf\":[{}]}", "json schema: /: unsupported keyword \"allOf\"");
+    expect_schema_error("{\"type\":\"array\",\"items\":[{}]}", "/items: an array of schemas");
+    expect_schema_error("{\"type\":\"string\",\"format\":\"email\"}", "unsupported format \"email\"");
+    expect_schema_error("{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "lookaround");
+    expect_schema_error("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "backreferences");
+    expect_schema_error("{\"$ref\":\"http://x/y\"}", "only #, #/$defs/NAME");
+    expect_schema_error("{\"$ref\":\"#/$defs/missing\"}", "names no definition");
+    expect_schema_error("{\"type\":\"array\",\"maxItems\":5000}", "CELER_MAX_GRAMMAR_REPEAT");
+    expect_schema_error("{\"type\":\"tuple\"}", "unsupported type \"tuple\"");
+    expect_schema_error("{\"anyOf\":[]}", "non-empty array");
+    expect_schema_error("[1]", "a schema must be an object");
+    expect_schema_error("{\"type\":", "invalid JSON at line 1");
+    char deep[2048];
+    int k = 0;
+    for (int i = 0; i < 100; i++) k += snprintf(deep + k, sizeof deep - (size_t)k, "{\"items\":");
+    k += snprintf(deep + k, sizeof deep - (size_t)k, "{}");
+    for (int i = 0; i < 100; i++) deep[k++] = '}';
+    deep[k] = 0;
+    expect_schema_error(deep, "CELER_MAX_SCHEMA_DEPTH");
+    CHECK(!celer_json_schema_text_to_gbnf("{}", (size_t)-1, "bad prefix"), "a prefix with a space is refused");
+    /* prefixes keep several schemas apart in one grammar */
+    char *a = celer_json_schema_text_to_gbnf("{\"type\":\"integer\"}", (size_t)-1, "tool-a");
+    char *b = celer_json_schema_text_to_gbnf("{\"type\":\"string\"}", (size_t)-1, "tool-b");
+    char all[16384];
+    snprintf(all, sizeof all, "root ::= \"<call>\" (tool-a | tool-b) \"</call>\"\n%s%s", a, b);
+    CHECK(match(all, "<call>12</call>") == 1 && match(all, "<call>\"s\"</call>") == 1 && match(all, "<call>x</call>") == 0,
+          "two schemas under one root");
+    free(a);
+    free(b);
+}
+
+static void grammar_limits(void) {
+    size_t n = (1u << 20) + 16;
+    char *big = malloc(n + 1);
+    memset(big, ' ', n);
+    memcpy(big, "root ::= \"a\" #", 14);
+    big[n] = 0;
+    expect_error(big, "grammar: ", "over the limit of 1048576 (CELER_MAX_GRAMMAR_BYTES)");
+    /* 9000 rules */
+    size_t k = 0;
+    k += (size_t)snprintf(big + k, n - k, "root ::= r0\n");
+    for (int i = 0; i < 9000; i++) k += (size_t)snprintf(big + k, n - k, "r%d ::= \"a\"\n", i);
+    expect_error(big, "line ", "more rules than the limit (CELER_MAX_GRAMMAR_RULES");
+    /* a 1100-byte literal a thousand times */
+    k = (size_t)snprintf(big, n, "root ::= \"");
+    memset(big + k, 'a', 1100);
+    k += 1100;
+    snprintf(big + k, n - k, "\"{1000}");
+    expect_error(big, "line 1", "CELER_MAX_GRAMMAR_ELEMENTS");
+    /* ambiguity: after n a's, every sequence of pending b's and c's is a parse */
+    celer_grammar *g = celer_grammar_compile("root ::= e\ne ::= \"a\" e \"b\" | \"a\" e \"c\" | \"a\" e | \"\"", (size_t)-1);
+    CHECK(g != NULL, "compile: %s", celer_last_error());
+    CHECK(g && celer_grammar_match(g, "aaaaaaaaaaaaaaaaaaaa", 20) == -1, "20 a's should hit the ambiguity limit");
+    CHECK_STR_HAS(celer_last_error(), "too ambiguous");
+    CHECK_STR_HAS(celer_last_error(), "CELER_MAX_GRAMMAR_STACKS");
+    CHECK(g && celer_grammar_match(g, "aaabcb", 6) == 1, "a short input stays inside it");
+    celer_grammar_free(g);
+    /* a schema whose grammar grows past 1 MiB: quotes in enum strings double when escaped again */
+    free(big);
+    n = 2u << 20;
+    big = malloc(n);
+    k = (size_t)snprintf(big, n, "{\"enum\":[");
+    for (int i = 0; i < 300; i++) {
+        k += (size_t)snprintf(big + k, n - k, "%s\"%d", i ? "," : "", i);
+        for (int j = 0; j < 1500; j++) big[k++] = '\\', big[k++] = '"';
+        big[k++] = '"';
+    }
+    snprintf(big + k, n - k, "]}");
+    char *gb = celer_json_schema_text_to_gbnf(big, (size_t)-1, "root");
+    CHECK(!gb, "a 1 MiB enum should be refused");
+    free(gb);
+    CHECK_STR_HAS(celer_last_error(), "CELER_MAX_SCHEMA_GBNF");
+    free(big);
+}
+
 int main(void) {
     RUN(literals_and_alternation);
     RUN(classes);
@@ -201,5 +401,11 @@ int main(void) {
     RUN(parse_errors);
     RUN(ambiguity);
     RUN(state_api);
+    RUN(schema_types);
+    RUN(schema_objects);
+    RUN(schema_arrays_enums_refs);
+    RUN(schema_strings);
+    RUN(schema_errors);
+    RUN(grammar_limits);
     return harness_done();
 }

@@ -297,6 +297,10 @@ static void test_request_validation(void) {
      * under auto the same tools are taken (calls unconstrained, still checked) */
     refused(BODY("{%s, \"tools\": %s, \"tool_choice\": \"required\"}", u, TOOLS),
             "'tools[0].function.parameters': json schema: /properties/hours: unsupported keyword \"nullable\"", "tools");
+    /* a demanded call and a response_format cannot both shape the answer */
+    refused(BODY("{%s, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"now\"}}], \"tool_choice\": \"required\", "
+                 "\"response_format\": {\"type\": \"json_object\"}}", u),
+            "'tool_choice' demands a tool call and 'response_format'", "tool_choice");
     /* accepted: every choice */
     const char *ok[] = {"\"none\"", "\"auto\"", "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}", "null"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {

@@ -36,6 +36,8 @@ static const opt_spec opts[] = {
     {"--parse-special-in-content", NULL, NULL, "with --chat: special tokens written in the message are control tokens (transformers' behaviour; default: text)"},
     {"--load-cache", NULL, "FILE", "start from a KV cache file (celer logits/cache --save-cache)"},
     {"--save-cache", NULL, "FILE", "write the KV cache after generating to FILE"},
+    {"--grammar", NULL, "FILE", "constrain the output to a GBNF grammar (llama.cpp's syntax, docs/grammar.md)"},
+    {"--json-schema", NULL, "FILE", "constrain the output to JSON valid against a JSON Schema (docs/grammar.md)"},
     CLI_SAMPLING_OPTS,
 };
 
@@ -59,6 +61,7 @@ int cmd_generate(int argc, char **argv) {
     const char *chat = args_get(&a, "--chat"), *load = args_get(&a, "--load-cache"), *save = args_get(&a, "--save-cache");
     const char *stops = args_get(&a, "--stop-token"), *stop_text = args_get(&a, "--stop");
     const char *file = args_get(&a, "--file"), *sys = args_get(&a, "--system");
+    const char *gfile = args_get(&a, "--grammar"), *sfile = args_get(&a, "--json-schema");
     long n_gen, ctx, threads;
     if (args_int(&a, "--n-predict", 32, -1, 1 << 24, &n_gen) || args_int(&a, "--ctx-size", 0, 1, 1 << 24, &ctx) ||
         args_int(&a, "--threads", 0, 1, 1024, &threads))
@@ -69,6 +72,7 @@ int cmd_generate(int argc, char **argv) {
         args_usage_error(&a, "give exactly one of --tokens, --tokens-file, -p, -f and --chat");
         return 2;
     }
+    if (gfile && sfile) { args_usage_error(&a, "give one of --grammar and --json-schema"); return 2; }
     char *file_text = NULL; /* -f's contents */
     if (file && !(text = file_text = cli_read_file("generate", file))) return 1;
     int n = 0, n_stop = 0, status = 1, cap = 0;
@@ -79,6 +83,26 @@ int cmd_generate(int argc, char **argv) {
     celer_model *m = NULL;
     celer_sampler *smp = NULL;
     celer_session *s = NULL;
+    celer_grammar *gram = NULL;
+    celer_grammar_vocab *gvocab = NULL;
+    celer_grammar_state *gstate = NULL;
+    if (gfile || sfile) { /* the grammar first: a bad one is reported before the model loads */
+        char *src = cli_read_file("generate", gfile ? gfile : sfile), *gbnf = src;
+        if (!src) goto done;
+        if (sfile && !(gbnf = celer_json_schema_text_to_gbnf(src, (size_t)-1, "root"))) {
+            cli_error("generate", "--json-schema %s: %s", sfile, celer_last_error());
+            free(src);
+            goto done;
+        }
+        gram = celer_grammar_compile(gbnf, (size_t)-1);
+        if (gbnf != src) free(gbnf);
+        free(src);
+        if (!gram) {
+            cli_error("generate", "%s %s: %s", gfile ? "--grammar" : "--json-schema", gfile ? gfile : sfile,
+                      celer_last_error());
+            goto done;
+        }
+    }
     if (text || chat) {
         if (chat && (tk = celer_tokenizer_open(dir))) {
             /* one user turn through the template; the template writes BOS itself */
@@ -136,8 +160,13 @@ int cmd_generate(int argc, char **argv) {
     double t0 = now();
     int32_t eos = args_get(&a, "--ignore-eos") ? -1 : info.eos_token;
     /* the generation loop, streaming the text (-p, --chat) as it becomes final */
+    if (gram && ((!tk && !(tk = celer_tokenizer_open(dir))) || !(gvocab = celer_grammar_vocab_new(tk)) ||
+                 !(gstate = celer_grammar_state_new(gram, gvocab, NULL, 0)))) {
+        cli_error("generate", "%s", celer_last_error());
+        goto done;
+    }
     celer_gen_seq q = {.session = s, .sampler = smp, .prompt = tok, .n_prompt = n, .max_tokens = (int)n_gen,
-                       .stop_token = eos, .text = ts};
+                       .stop_token = eos, .text = ts, .grammar = gstate};
     int k = 0, finish = CELER_FINISH_NONE;
     char why[512] = "";
     if (!(g = celer_gen_new(m, 0)) || celer_gen_add(g, &q) < 0) {
@@ -184,6 +213,9 @@ int cmd_generate(int argc, char **argv) {
     }
 done:
     celer_gen_free(g);
+    celer_grammar_state_free(gstate);
+    celer_grammar_vocab_free(gvocab);
+    celer_grammar_free(gram);
     celer_session_free(s);
     celer_sampler_free(smp);
     celer_model_free(m);

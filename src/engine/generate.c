@@ -373,7 +373,9 @@ static void land(celer_gen *g, gseq *q, celer_gen_event *e) {
 
 /* A grammar's pick: the logits masked (disallowed tokens at -inf; the stop tokens
  * allowed exactly when the grammar accepts), sampled, and the grammar advanced.
- * -1 (message set) on a dead end or a grammar error. */
+ * 1 when the text is complete and the grammar allows nothing after it (no stop
+ * token among the sequence's: the sequence ends without a token), -1 (message set)
+ * on a dead end or a grammar error. */
 static int grammar_sample(celer_gen *g, gseq *q, const float *logits, int32_t *out) {
     celer_grammar_state *gr = q->p.grammar;
     const int V = g->cm->m->cfg.vocab;
@@ -389,6 +391,7 @@ static int grammar_sample(celer_gen *g, gseq *q, const float *logits, int32_t *o
         if (ok && first < 0) first = i;
         allowed += ok;
     }
+    if (!allowed && accepting) return 1; /* complete, and nothing may follow: the end */
     if (!allowed)
         return err_set("grammar: dead end after %d generated tokens: no token is allowed and the text is not "
                        "complete", q->n_gen);
@@ -410,8 +413,19 @@ static void host_sample(celer_gen *g, gseq *q, celer_gen_event *e) {
     }
     int32_t t = -1;
     if (q->p.grammar) {
-        if (grammar_sample(g, q, logits, &t) != 0) {
+        int rc = grammar_sample(g, q, logits, &t);
+        if (rc < 0) {
             fail(q, e);
+            return;
+        }
+        if (rc > 0) { /* complete: a finish without a token */
+            size_t len = 0;
+            const char *rest = q->p.text ? celer_textstream_flush(q->p.text, &len, NULL) : NULL;
+            if (rest && len) text_add(q, rest, len);
+            e->text = q->text;
+            e->text_len = q->text_len;
+            e->finish = CELER_FINISH_STOP_TOKEN;
+            q->state = SEQ_DONE;
             return;
         }
     } else t = celer_sampler_sample(q->smp, logits);

@@ -291,7 +291,7 @@ static int cmp_range(const void *a, const void *b) {
 /* Codepoint ranges [n][2] -> one element appended to seq: a byte set, or a rule of
  * byte-range alternatives. negate: the complement over U+0000..U+10FFFF. */
 static int emit_class(parser *ps, seqbuf *seq, uint32_t *r, int n, int negate) {
-    qsort(r, (size_t)n, 2 * sizeof *r, cmp_range);
+    if (n) qsort(r, (size_t)n, 2 * sizeof *r, cmp_range);
     int m = 0; /* merge */
     for (int i = 0; i < n; i++) {
         if (m && r[2 * i] <= r[2 * (m - 1) + 1] + 1) {
@@ -502,9 +502,9 @@ static int parse_sequence(parser *ps, seqbuf *seq, int nested) {
                 if (max >= 0 && max < min) return perr(ps, at, "{m,n} with n < m%s", "");
             }
             uint32_t n = seq->n - last;
-            gelem *item = malloc(n * sizeof *item);
+            gelem *item = malloc((n + 1) * sizeof *item);
             if (!item) return oom(ps);
-            memcpy(item, seq->e + last, n * sizeof *item);
+            if (n) memcpy(item, seq->e + last, n * sizeof *item);
             ps->n_el -= n;
             seq->n = last;
             int rc = repeat(ps, seq, item, n, min, max);

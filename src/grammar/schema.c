@@ -520,7 +520,7 @@ static char *gen(conv *c, const json_t *s, const char *ptr) {
     }
     c->depth--;
     if (!r && !c->failed) cerr(c, ptr, "out of memory%s", "");
-    if (c->rules.n > CELER_MAX_SCHEMA_GBNF) {
+    if (r && c->rules.n + strlen(r) > CELER_MAX_SCHEMA_GBNF) {
         free(r);
         cerr(c, ptr, "the grammar grows past the limit of 1 MiB (CELER_MAX_SCHEMA_GBNF)%s", "");
         return NULL;

@@ -203,6 +203,65 @@ static int get_bool(const json_t *o, const char *key, int *out, perr *e) {
 }
 
 /* "stop": a string or an array of up to CELER_SERVE_MAX_STOP non-empty strings. */
+/* Constrained decoding (docs/grammar.md): OpenAI's response_format, llama-server's
+ * "grammar" (GBNF text) and "json_schema" (a schema), at most one of them; compiled
+ * here, so a bad schema or grammar is a 400 naming the reason. */
+static int get_constraint(const json_t *root, srv_request *r, perr *e) {
+    static const char *const keys[] = {"response_format", "grammar", "json_schema"};
+    const json_t *v[3];
+    const char *param = NULL;
+    int given = 0;
+    for (int i = 0; i < 3; i++) {
+        v[i] = json_object_get(root, keys[i]);
+        if (v[i] && (json_is_null(v[i]) || (i == 1 && json_is_string(v[i]) && !json_string_length(v[i])))) v[i] = NULL;
+        if (v[i] && !given++) param = keys[i];
+    }
+    if (given > 1) return fail(e, 400, param, "give one of 'response_format', 'grammar' and 'json_schema'");
+    if (!given) return 0;
+    const json_t *schema = NULL;
+    char *gbnf = NULL;
+    int any_object = 0;
+    if (v[0]) {
+        const json_t *t = json_is_object(v[0]) ? json_object_get(v[0], "type") : NULL;
+        if (!t || !json_is_string(t))
+            return fail(e, 400, param, "'response_format' must be an object with a 'type' (text, json_object, json_schema)");
+        const char *type = json_string_value(t);
+        if (!strcmp(type, "text")) return 0;
+        if (!strcmp(type, "json_object")) {
+            schema = json_object_get(v[0], "schema"); /* llama-server's extension; absent: any object */
+            if (schema && json_is_null(schema)) schema = NULL;
+            any_object = !schema;
+        } else if (!strcmp(type, "json_schema")) {
+            const json_t *js = json_object_get(v[0], "json_schema");
+            if (!js || !json_is_object(js))
+                return fail(e, 400, param, "'response_format.json_schema' must be an object with 'name' and 'schema'");
+            const json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
+            if (name && !json_is_string(name)) return fail(e, 400, param, "'response_format.json_schema.name' must be a string");
+            if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+                return fail(e, 400, param, "'response_format.json_schema.strict' must be a boolean");
+            if (!(schema = json_object_get(js, "schema")) || json_is_null(schema))
+                return fail(e, 400, param, "'response_format.json_schema.schema' is required");
+        } else
+            return fail(e, 400, param, "'response_format.type' is '%.64s'; supported: text, json_object, json_schema", type);
+    } else if (v[2]) {
+        schema = v[2];
+    } else if (!json_is_string(v[1])) {
+        return fail(e, 400, param, "'grammar' must be a string (GBNF)");
+    }
+    if (schema || any_object) {
+        json_t *obj = any_object ? json_pack("{s:s}", "type", "json_object") : NULL;
+        gbnf = celer_json_schema_to_gbnf(any_object ? obj : schema, "root");
+        json_decref(obj);
+        if (!gbnf) return fail(e, 400, param, "%s", celer_last_error());
+        r->grammar = celer_grammar_compile(gbnf, (size_t)-1);
+        free(gbnf);
+    } else {
+        r->grammar = celer_grammar_compile(json_string_value(v[1]), json_string_length(v[1]));
+    }
+    if (!r->grammar) return fail(e, 400, param, "%s", celer_last_error());
+    return 0;
+}
+
 static int get_stop(const json_t *o, srv_request *r, perr *e) {
     json_t *v = json_object_get(o, "stop");
     if (!v || json_is_null(v)) return 0;
@@ -374,6 +433,28 @@ static int parse_messages(srv *s, srv_request *r, const json_t *root, perr *e) {
     return rc;
 }
 
+/* The tool calls' grammar (toolgram.c) becomes the request's constraint. A call that
+ * tool_choice demands and a response_format cannot both shape the answer (400); under
+ * auto a response_format wins and calls are only parsed. */
+static int tools_constraint(srv_request *r, perr *e) {
+    tc_request *t = r->tools;
+    if (!t || !t->grammar) return 0;
+    if (r->grammar) {
+        if (t->choice != TC_CHOICE_AUTO)
+            return fail(e, 400, "tool_choice", "'tool_choice' demands a tool call and 'response_format' (or 'grammar', 'json_schema') another shape: give one of them");
+        return 0;
+    }
+    if (t->n_triggers && !(r->grammar_triggers = calloc((size_t)t->n_triggers, sizeof *r->grammar_triggers)))
+        return fail(e, 500, NULL, "out of memory");
+    for (int i = 0; i < t->n_triggers; i++) {
+        if (!(r->grammar_triggers[i] = strdup(t->triggers[i]))) return fail(e, 500, NULL, "out of memory");
+        r->n_grammar_triggers++;
+    }
+    r->grammar = t->grammar; /* the request owns it now */
+    t->grammar = NULL;
+    return 0;
+}
+
 static int model_known(srv *s, const char *name) {
     if (!*name || strcmp(name, s->model_id) == 0 || strcmp(name, s->cfg.model_dir) == 0) return 1;
     return 0;
@@ -523,6 +604,7 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
     if (max_tokens < 0 || max_tokens > s->cfg.ctx_size - r->n_prompt) max_tokens = s->cfg.ctx_size - r->n_prompt;
     if (s->cfg.max_tokens > 0 && max_tokens > s->cfg.max_tokens) max_tokens = s->cfg.max_tokens;
     r->max_tokens = (int)max_tokens;
+    if (get_constraint(root, r, &e) || tools_constraint(r, &e)) goto out;
     if (!ignore_eos && s->n_eos) {
         if (!(r->stop_ids = malloc((size_t)s->n_eos * sizeof *r->stop_ids))) {
             fail(&e, 500, NULL, "out of memory");

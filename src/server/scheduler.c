@@ -31,7 +31,7 @@ typedef struct {
     celer_session *s;
     celer_sampler *smp;
     celer_textstream *ts;     /* the text, cut at the request's stop strings */
-    celer_grammar_state *grammar; /* the request's constraint (tool calls), or NULL */
+    celer_grammar_state *gst; /* the request's grammar, for this choice (or NULL) */
     int gid;                  /* SLOT_RUN: the sequence's id in the generation loop */
     celer_snapshot *snap;     /* the leader's prompt, for the other choices (until they start) */
     int prompt_done;          /* the leader's prompt is in its session: start the other choices */
@@ -51,8 +51,8 @@ struct srv_sched {
     srv_metrics *met;
     celer_model_info info;
     celer_prompt_cache *pc;
+    celer_grammar_vocab *gvocab; /* the tokenizer's index for grammars, built on the first grammar request */
     celer_gen *gen;           /* the generation loop over every running slot */
-    celer_grammar_vocab *gvocab; /* the vocabulary index of constrained requests (built on first use) */
     slot *slots;              /* [n_slots] */
     int n_slots;
     /* guarded by mu */
@@ -73,7 +73,7 @@ static void slot_release(srv_sched *S, slot *sl, int keep) {
     celer_session_rewind(sl->s, 0);
     celer_sampler_free(sl->smp);
     celer_textstream_free(sl->ts);
-    celer_grammar_state_free(sl->grammar); /* after the cancel: the loop no longer reads it */
+    celer_grammar_state_free(sl->gst);
     celer_snapshot_free(sl->snap);
     srv_job *j = sl->job;
     celer_session *s = sl->s;
@@ -221,7 +221,7 @@ static int slot_start(srv_sched *S, slot *sl, const int32_t *prompt, int n_promp
     const srv_request *r = sl->job->req;
     celer_gen_seq q = {.session = sl->s, .sampler = sl->smp, .prompt = prompt, .n_prompt = n_prompt,
                        .max_tokens = r->max_tokens, .stop_token = -1, .text = sl->ts,
-                       .want_logits = r->logprobs, .user = sl, .grammar = sl->grammar};
+                       .want_logits = r->logprobs, .user = sl, .grammar = sl->gst};
     if (sl->choice == 0) q.on_prompt = leader_prompt;
     if ((sl->gid = celer_gen_add(S->gen, &q)) < 0) return -1;
     sl->state = SLOT_RUN;
@@ -240,11 +240,11 @@ static int slot_setup(srv_sched *S, slot *sl, srv_job *j, int c, int leader) {
     if (!(sl->smp = celer_sampler_new(&p, S->info.vocab_size)) ||
         !(sl->ts = celer_textstream_new(S->tok, !r->keep_special, (const char *const *)r->stop, r->n_stop)))
         return -1;
-    if (r->tools && r->tools->grammar) { /* tool calls (toolgram.c): each choice its own state */
-        if (!S->gvocab && !(S->gvocab = celer_grammar_vocab_new(S->tok))) return -1;
-        if (!(sl->grammar = celer_grammar_state_new(r->tools->grammar, S->gvocab, r->tools->triggers, r->tools->n_triggers)))
-            return -1;
-    }
+    if (r->grammar && ((!S->gvocab && !(S->gvocab = celer_grammar_vocab_new(S->tok))) ||
+                       !(sl->gst = celer_grammar_state_new(r->grammar, S->gvocab,
+                                                           (const char *const *)r->grammar_triggers,
+                                                           r->n_grammar_triggers))))
+        return -1;
     celer_session_rewind(sl->s, 0);
     if (c > 0) {
         sl->state = SLOT_WAIT;
@@ -507,10 +507,10 @@ void srv_sched_free(srv_sched *S) {
         S->q_len--;
     }
     celer_prompt_cache_free(S->pc);
+    celer_grammar_vocab_free(S->gvocab);
     free(S->slots);
     free(S->queue);
     celer_gen_free(S->gen);
-    celer_grammar_vocab_free(S->gvocab);
     pthread_cond_destroy(&S->cv);
     pthread_mutex_destroy(&S->mu);
     free(S);

@@ -92,6 +92,12 @@ typedef struct {
     int return_tokens;          /* native: token ids in the response */
     struct tc_request *tools;   /* chat: tools, tool_choice, parallel_tool_calls (toolcall.h), or NULL */
     int keep_special;           /* the text keeps special tokens (the tool-call markers are some) */
+    /* constrained decoding (docs/grammar.md): the compiled grammar of response_format,
+     * "grammar" or "json_schema" (owned), or NULL; with triggers the grammar is lazy
+     * (celer_grammar_state_new), each choice gets its own state */
+    celer_grammar *grammar;
+    char **grammar_triggers;    /* [n_grammar_triggers] */
+    int n_grammar_triggers;
 } srv_request;
 
 void srv_request_free(srv_request *r);

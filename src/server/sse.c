@@ -19,6 +19,9 @@ void srv_request_free(srv_request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->stop_ids);
+    celer_grammar_free(r->grammar);
+    for (int i = 0; i < r->n_grammar_triggers; i++) free(r->grammar_triggers[i]);
+    free(r->grammar_triggers);
     free(r->prompt);
     free(r->model);
     tc_request_free(r->tools);

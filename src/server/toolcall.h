@@ -48,7 +48,8 @@ typedef struct tc_request {
     int parallel;               /* parallel_tool_calls (default 1) */
     const tc_family *fam;
     /* the grammar of the allowed calls (tc_request_grammar): constrains from the first
-     * token (required, named), or lazily from a trigger (auto) */
+     * token (required, named), or lazily from a trigger (auto); openai.c hands it to
+     * srv_request.grammar (with the triggers), which the scheduler applies */
     celer_grammar *grammar;
     const char *triggers[2];    /* static strings */
     int n_triggers;             /* 0: not lazy */
