@@ -47,7 +47,7 @@ static void collect_eos(srv *s) {
         json_decref(g);
         err_clear();
     }
-    static const char *const eot[] = {"<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|return|>", "<|call|>",
+    static const char *const eot[] = {"<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|return|>", "<|call|>", "<|eom_id|>",
                                       "<|endoftext|>", "[|endofturn|]"};
     for (size_t i = 0; i < sizeof eot / sizeof eot[0]; i++) add_eos(s, celer_tokenizer_token_id(s->tok, eot[i]));
 }
@@ -402,11 +402,23 @@ static int parse_messages(srv *s, srv_request *r, const json_t *root, perr *e) {
         }
         json_array_append_new(norm, c);
     }
+    /* tools (toolcall.h): validated, passed to the template as given */
+    char tbuf[400];
+    const char *tparam = "tools";
     json_t *tools = json_object_get(root, "tools");
-    if (tools && !json_is_null(tools) && !json_is_array(tools)) {
+    if (tc_request_parse(root, s->tok, &r->tools, tbuf, sizeof tbuf, &tparam)) {
         json_decref(norm);
-        return fail(e, 400, "tools", "'tools' must be an array");
+        return fail(e, tparam ? 400 : 500, tparam, "%s", tbuf);
     }
+    if (tc_request_grammar(r->tools, tbuf, sizeof tbuf)) {
+        json_decref(norm);
+        return fail(e, 400, "tools", "%s", tbuf);
+    }
+    if (tc_messages_prepare(norm, tbuf, sizeof tbuf)) {
+        json_decref(norm);
+        return fail(e, 400, "messages", "%s", tbuf);
+    }
+    r->keep_special = tc_request_active(r->tools) && r->tools->fam->keep_special;
     char *mj = json_dumps(norm, JSON_COMPACT);
     char *tj = tools && json_is_array(tools) ? json_dumps(tools, JSON_COMPACT) : NULL;
     json_decref(norm);
@@ -419,6 +431,28 @@ static int parse_messages(srv *s, srv_request *r, const json_t *root, perr *e) {
     int rc = prompt_add(r, ids, n, e);
     free(ids);
     return rc;
+}
+
+/* The tool calls' grammar (toolgram.c) becomes the request's constraint. A call that
+ * tool_choice demands and a response_format cannot both shape the answer (400); under
+ * auto a response_format wins and calls are only parsed. */
+static int tools_constraint(srv_request *r, perr *e) {
+    tc_request *t = r->tools;
+    if (!t || !t->grammar) return 0;
+    if (r->grammar) {
+        if (t->choice != TC_CHOICE_AUTO)
+            return fail(e, 400, "tool_choice", "'tool_choice' demands a tool call and 'response_format' (or 'grammar', 'json_schema') another shape: give one of them");
+        return 0;
+    }
+    if (t->n_triggers && !(r->grammar_triggers = calloc((size_t)t->n_triggers, sizeof *r->grammar_triggers)))
+        return fail(e, 500, NULL, "out of memory");
+    for (int i = 0; i < t->n_triggers; i++) {
+        if (!(r->grammar_triggers[i] = strdup(t->triggers[i]))) return fail(e, 500, NULL, "out of memory");
+        r->n_grammar_triggers++;
+    }
+    r->grammar = t->grammar; /* the request owns it now */
+    t->grammar = NULL;
+    return 0;
 }
 
 static int model_known(srv *s, const char *name) {
@@ -570,7 +604,7 @@ srv_request *openai_parse(srv *s, int kind, const char *body, size_t len, int *s
     if (max_tokens < 0 || max_tokens > s->cfg.ctx_size - r->n_prompt) max_tokens = s->cfg.ctx_size - r->n_prompt;
     if (s->cfg.max_tokens > 0 && max_tokens > s->cfg.max_tokens) max_tokens = s->cfg.max_tokens;
     r->max_tokens = (int)max_tokens;
-    if (get_constraint(root, r, &e)) goto out;
+    if (get_constraint(root, r, &e) || tools_constraint(r, &e)) goto out;
     if (!ignore_eos && s->n_eos) {
         if (!(r->stop_ids = malloc((size_t)s->n_eos * sizeof *r->stop_ids))) {
             fail(&e, 500, NULL, "out of memory");
@@ -621,6 +655,40 @@ static json_t *job_timings(srv_job *j) {
     srv_timings t;
     srv_timings_get(j, &t);
     return srv_timings_json(&t);
+}
+
+/* ---- tool calls in responses (toolcall.h) ---- */
+
+/* A parser for a choice of a request with active tools. */
+static tc_parser *tool_parser(const tc_request *t) {
+    return tc_parser_new(t->fam->syntax, t->names, t->n_tools, t->parallel ? 0 : 1);
+}
+
+/* {id, type, function: {name, arguments}} of a call. */
+static json_t *tool_call_json(const tc_call *c) {
+    return json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", c->id, "type", "function", "function", "name", c->name,
+                     "arguments", c->arguments);
+}
+
+/* The message of a whole answer with tools: content (null when it is empty and calls
+ * were made) and tool_calls. *n_calls gets their number. NULL on out of memory. */
+static json_t *tool_message(const tc_request *t, const char *text, size_t len, int *n_calls) {
+    tc_parser *p = tool_parser(t);
+    tc_out o = {0};
+    json_t *m = NULL;
+    if (!p || tc_parser_put(p, text, len, &o) || tc_parser_finish(p, &o)) goto out;
+    *n_calls = o.n_calls;
+    json_t *content = o.n_calls && o.content_len == 0 ? json_null() : jstr(o.content ? o.content : "", o.content_len);
+    m = json_pack("{s:s, s:o}", "role", "assistant", "content", content);
+    if (m && o.n_calls) {
+        json_t *a = json_array();
+        for (int i = 0; i < o.n_calls; i++) json_array_append_new(a, tool_call_json(&o.calls[i]));
+        json_object_set_new(m, "tool_calls", a);
+    }
+out:
+    tc_out_free(&o);
+    tc_parser_free(p);
+    return m;
 }
 
 static json_t *usage_json(srv_job *j) {
@@ -688,10 +756,17 @@ char *openai_response_json(srv *s, srv_job *j, srv_event *events) {
             json_t *t = jstr(text[c].p ? text[c].p : "", text[c].len);
             const char *fr = finish_name(fin[c]);
             json_t *ch;
+            int n_calls = 0;
+            json_t *msg = r->kind == SRV_CHAT && tc_request_active(r->tools)
+                              ? tool_message(r->tools, text[c].p ? text[c].p : "", text[c].len, &n_calls)
+                              : NULL;
+            if (n_calls && fin[c] == SRV_FINISH_STOP) fr = "tool_calls";
+            if (msg) json_decref(t);
             if (r->kind == SRV_CHAT)
-                ch = json_pack("{s:i, s:{s:s, s:o}, s:o, s:o}", "index", c, "message", "role", "assistant", "content", t,
-                               "logprobs", r->logprobs ? json_pack("{s:O}", "content", lps[c]) : json_null(),
-                               "finish_reason", fr ? json_string(fr) : json_null());
+                ch = json_pack("{s:i, s:o, s:o, s:o}", "index", c, "message",
+                               msg ? msg : json_pack("{s:s, s:o}", "role", "assistant", "content", t), "logprobs",
+                               r->logprobs ? json_pack("{s:O}", "content", lps[c]) : json_null(), "finish_reason",
+                               fr ? json_string(fr) : json_null());
             else
                 ch = json_pack("{s:i, s:o, s:o, s:o}", "index", c, "text", t, "logprobs",
                                r->logprobs ? legacy_logprobs(lps[c]) : json_null(), "finish_reason",
@@ -733,6 +808,47 @@ static json_t *chunk(srv_job *j, json_t *choice) {
     return o;
 }
 
+/* The frames of one event of a chat with active tools: content that became final,
+ * then each call that became final as OpenAI streams them (a first delta with its
+ * index, id, type, name and empty arguments, then the arguments), then the finish. */
+static int stream_tools(srv_job *j, const srv_event *e, const char *fr, srv_buf *out) {
+    tc_request *t = j->req->tools;
+    if (!t->stream) {
+        if (!(t->stream = calloc((size_t)j->req->n, sizeof *t->stream))) return -1;
+        t->n_stream = j->req->n;
+    }
+    if (e->choice < 0 || e->choice >= t->n_stream) return -1;
+    tc_parser **pp = &t->stream[e->choice];
+    if (!*pp && !(*pp = tool_parser(t))) return -1;
+    tc_out o = {0};
+    int rc = tc_parser_put(*pp, e->text, e->len, &o);
+    if (!rc && e->finish) rc = tc_parser_finish(*pp, &o);
+    if (!rc && (o.content_len || e->logprobs)) {
+        json_t *lp = e->logprobs ? json_pack("{s:O}", "content", e->logprobs) : json_null();
+        rc = add_frame(out, chunk(j, json_pack("{s:i, s:{s:o}, s:o, s:n}", "index", e->choice, "delta", "content",
+                                               jstr(o.content ? o.content : "", o.content_len), "logprobs", lp,
+                                               "finish_reason")));
+    }
+    for (int k = 0; !rc && k < o.n_calls; k++) {
+        const tc_call *c = &o.calls[k];
+        rc = add_frame(out, chunk(j, json_pack("{s:i, s:{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}, s:n, s:n}", "index",
+                                               e->choice, "delta", "tool_calls", "index", c->index, "id", c->id, "type",
+                                               "function", "function", "name", c->name, "arguments", "", "logprobs",
+                                               "finish_reason")));
+        if (!rc)
+            rc = add_frame(out, chunk(j, json_pack("{s:i, s:{s:[{s:i, s:{s:s}}]}, s:n, s:n}", "index", e->choice, "delta",
+                                                   "tool_calls", "index", c->index, "function", "arguments", c->arguments,
+                                                   "logprobs", "finish_reason")));
+    }
+    if (!rc && fr) {
+        if (tc_parser_n_calls(*pp) && e->finish == SRV_FINISH_STOP) fr = "tool_calls";
+        rc = add_frame(out, chunk(j, json_pack("{s:i, s:{}, s:n, s:s}", "index", e->choice, "delta", "logprobs",
+                                               "finish_reason", fr)));
+    }
+    tc_out_free(&o);
+    return rc;
+}
+
 int openai_stream_event(srv *s, srv_job *j, const srv_event *e, int first, srv_buf *out) {
     const srv_request *r = j->req;
     (void)s;
@@ -751,6 +867,7 @@ int openai_stream_event(srv *s, srv_job *j, const srv_event *e, int first, srv_b
         if (first && add_frame(out, chunk(j, json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", e->choice, "delta", "role",
                                                           "assistant", "content", "", "logprobs", "finish_reason"))))
             return -1;
+        if (tc_request_active(r->tools)) return stream_tools(j, e, fr, out);
         if (e->len || e->logprobs) {
             json_t *lp = e->logprobs ? json_pack("{s:O}", "content", e->logprobs) : json_null();
             if (add_frame(out, chunk(j, json_pack("{s:i, s:{s:o}, s:o, s:n}", "index", e->choice, "delta", "content",

@@ -244,7 +244,7 @@ static int slot_setup(srv_sched *S, slot *sl, srv_job *j, int c, int leader) {
     sl->choice = c;
     sl->leader = leader;
     if (!(sl->smp = celer_sampler_new(&p, S->info.vocab_size)) ||
-        !(sl->ts = celer_textstream_new(S->tok, 1, (const char *const *)r->stop, r->n_stop)))
+        !(sl->ts = celer_textstream_new(S->tok, !r->keep_special, (const char *const *)r->stop, r->n_stop)))
         return -1;
     if (r->grammar && ((!S->gvocab && !(S->gvocab = celer_grammar_vocab_new(S->tok))) ||
                        !(sl->gst = celer_grammar_state_new(r->grammar, S->gvocab,

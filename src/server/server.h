@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "celer.h"
+#include "server/toolcall.h"
 
 /* A growing byte buffer (sse.c). */
 typedef struct {
@@ -95,6 +96,8 @@ typedef struct {
     int top_logprobs;           /* alternatives per token (0..20) */
     int cache_prompt;           /* may use / fill the prompt cache */
     int return_tokens;          /* native: token ids in the response */
+    struct tc_request *tools;   /* chat: tools, tool_choice, parallel_tool_calls (toolcall.h), or NULL */
+    int keep_special;           /* the text keeps special tokens (the tool-call markers are some) */
     /* constrained decoding (docs/grammar.md): the compiled grammar of response_format,
      * "grammar" or "json_schema" (owned), or NULL; with triggers the grammar is lazy
      * (celer_grammar_state_new), each choice gets its own state */

@@ -27,6 +27,7 @@ void srv_request_free(srv_request *r) {
     free(r->grammar_triggers);
     free(r->prompt);
     free(r->model);
+    tc_request_free(r->tools);
     free(r);
 }
 
