@@ -75,7 +75,7 @@ done
 
 KEY=log-key-$$
 # ---- text log, timings, ids, /slots ----
-if start text -m models/default -c 1024 -np 2 --slots --api-key "$KEY" --metrics; then
+if start text -m models/default -c 1024 -np 2 --port 0 --slots --api-key "$KEY" --metrics; then
   node_case text "$PORT" "$T/text.log" "$KEY"
   # every metric name /metrics exports is documented
   missing=""
@@ -87,7 +87,7 @@ if start text -m models/default -c 1024 -np 2 --slots --api-key "$KEY" --metrics
   grep -q '^celer serve: stopped$' "$T/text.log" && ok "text: the shutdown lines" || bad "text: no 'stopped' line: $(tail -3 "$T/text.log")"
 fi
 # ---- --log-format json -v ----
-if LLAMA_ARG_ENDPOINT_SLOTS=1 start json -m models/default -c 1024 -np 2 --log-format json -v --api-key "$KEY"; then
+if LLAMA_ARG_ENDPOINT_SLOTS=1 start json -m models/default -c 1024 -np 2 --port 0 --log-format json -v --api-key "$KEY"; then
   node_case json "$PORT" "$T/json.log" "$KEY"
   r=$(timeout 10 node tests/server/get.mjs "http://127.0.0.1:$PORT/slots" "$KEY" | head -1)
   [ "$r" = 200 ] && ok "LLAMA_ARG_ENDPOINT_SLOTS=1: /slots" || bad "LLAMA_ARG_ENDPOINT_SLOTS: /slots $r"
@@ -96,7 +96,7 @@ if LLAMA_ARG_ENDPOINT_SLOTS=1 start json -m models/default -c 1024 -np 2 --log-f
   [[ "$last" =~ ^\{\"time\":\"[0-9T:.-]+Z\",\"level\":\"info\",\"message\":\"stopped\"\}$ ]] && ok "json: the shutdown line" || bad "json: last line '$last'"
 fi
 # ---- -v text ----
-if start vtext -m models/default -c 1024 -np 2 -v; then
+if start vtext -m models/default -c 1024 -np 2 --port 0 -v; then
   node_case vtext "$PORT" "$T/vtext.log"
   node_case noslots "$PORT" "$T/vtext.log"
   stop "$PID" || bad "vtext server exit"
