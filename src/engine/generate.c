@@ -363,6 +363,14 @@ static void land(celer_gen *g, gseq *q, celer_gen_event *e) {
 
 /* ---------------------------------------------------------------- the host path */
 
+/* The argmax of logits [n], lowest id on ties: the sampler's greedy pick. */
+static int32_t argmax(const float *l, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[best]) best = i;
+    return best;
+}
+
 static void host_sample(gseq *q, celer_gen_event *e) {
     celer_session *s = q->p.session;
     const float *logits = celer_session_logits(s);
@@ -371,7 +379,13 @@ static void host_sample(gseq *q, celer_gen_event *e) {
         fail(q, e);
         return;
     }
-    const int32_t t = celer_sampler_sample(q->smp, logits);
+    /* greedy without penalties is the argmax: read the logits once, in place, instead
+     * of the sampler's copy and candidate list (a vocabulary's worth of memory traffic
+     * per sequence per step, 3% of an 8-sequence CPU step); the pick is the same and
+     * the sampler draws nothing at temperature 0 */
+    sample_params sp;
+    const int greedy = sample_device_params(q->smp, &sp) && sp.temperature <= 0.0f;
+    const int32_t t = greedy ? argmax(logits, s->cm->m->cfg.vocab) : celer_sampler_sample(q->smp, logits);
     if (q->p.want_logits) e->logits = logits;
     if (!finish_token(q, t, s->pos, e)) {
         q->pending = t;
