@@ -5,8 +5,10 @@
  *   ./loadgen --table FILE      (the JSON lines of earlier runs as one markdown table)
  * CONCURRENCY threads each keep one streaming /v1/completions request (greedy,
  * ignore_eos, no prompt cache, a PROMPT_WORDS-word prompt that differs per request)
- * in flight on 127.0.0.1 until REQUESTS have finished. A token is an SSE event with a
- * choice. Reported: aggregate output tokens/s over the run; time to first token
+ * in flight on 127.0.0.1 until REQUESTS have finished. Tokens are counted from the
+ * final usage chunk (stream_options.include_usage); times are taken per SSE event with a
+ * choice, one per token except where a token completes no text (part of a UTF-8
+ * character), whose text rides with the next. Reported: aggregate output tokens/s over the run; time to first token
  * (request sent to first token read) p50/p99 over requests; inter-token latency
  * (the gap between two tokens of one stream as read) p50/p99/mean over every gap of
  * every request; and the decode rate while every stream decodes, CONCURRENCY / mean
@@ -48,7 +50,7 @@ static void one(int i) {
         pl += (size_t)snprintf(prompt + pl, sizeof prompt - pl, "%s%s", vocab[(i * 7 + k * 3) % 14], k + 1 < words ? " " : "");
     int bl = snprintf(body, sizeof body,
                       "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
-                      "\"cache_prompt\":false}", prompt, max_tokens);
+                      "\"stream_options\":{\"include_usage\":true},\"cache_prompt\":false}", prompt, max_tokens);
     int rl = snprintf(req, sizeof req,
                       "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       "Content-Length: %d\r\nConnection: close\r\n\r\n%s", bl, body);
@@ -66,7 +68,7 @@ static void one(int i) {
     if (!my_gaps) { perror("loadgen"); exit(1); }
     char buf[65536];
     size_t carry = 0;
-    int got = 0, status = 0;
+    int got = 0, status = 0, usage = -1;
     for (;;) {
         ssize_t k = read(fd, buf + carry, sizeof buf - carry - 1);
         if (k <= 0) break;
@@ -78,6 +80,8 @@ static void one(int i) {
         char *p = buf, *end;
         while ((end = strstr(p, "\n\n"))) {
             *end = 0;
+            const char *u = strstr(p, "\"completion_tokens\":");
+            if (u) usage = atoi(u + strlen("\"completion_tokens\":"));
             if (strstr(p, "data: {") && strstr(p, "\"text\":")) {
                 if (!got) first = t;
                 else if (n_my < max_tokens) my_gaps[n_my++] = t - last;
@@ -92,9 +96,9 @@ static void one(int i) {
     }
     close(fd);
     pthread_mutex_lock(&mu);
-    if (status != 200 || !got) errors++;
+    if (status != 200 || !got || usage < 0) errors++; /* no 200, no token, or no usage chunk */
     else ttft[n_ttft++] = first - t0;
-    tokens_out += got;
+    tokens_out += usage > 0 ? usage : 0;
     if (n_gaps + n_my > cap_gaps) {
         long c = (n_gaps + n_my) * 2;
         double *g = realloc(gaps, (size_t)c * sizeof *g);
