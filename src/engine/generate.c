@@ -371,6 +371,14 @@ static void land(celer_gen *g, gseq *q, celer_gen_event *e) {
 
 /* ---------------------------------------------------------------- the host path */
 
+/* The argmax of logits [n], lowest id on ties: the sampler's greedy pick. */
+static int32_t argmax(const float *l, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[best]) best = i;
+    return best;
+}
+
 /* A grammar's pick: the logits masked (disallowed tokens at -inf; the stop tokens
  * allowed exactly when the grammar accepts), sampled, and the grammar advanced.
  * 1 when the text is complete and the grammar allows nothing after it (no stop
@@ -428,7 +436,15 @@ static void host_sample(celer_gen *g, gseq *q, celer_gen_event *e) {
             q->state = SEQ_DONE;
             return;
         }
-    } else t = celer_sampler_sample(q->smp, logits);
+    } else {
+        /* greedy without penalties is the argmax: read the logits once, in place, instead
+         * of the sampler's copy and candidate list (a vocabulary's worth of memory traffic
+         * per sequence per step, 3% of an 8-sequence CPU step); the pick is the same and
+         * the sampler draws nothing at temperature 0 */
+        sample_params sp;
+        const int greedy = sample_device_params(q->smp, &sp) && sp.temperature <= 0.0f;
+        t = greedy ? argmax(logits, s->cm->m->cfg.vocab) : celer_sampler_sample(q->smp, logits);
+    }
     if (q->p.want_logits) e->logits = logits;
     if (!finish_token(q, t, s->pos, e)) {
         q->pending = t;

@@ -2,8 +2,9 @@
 //   node tests/server/loadgen.mjs URL CONCURRENCY REQUESTS MAX_TOKENS [PROMPT_WORDS]
 // Keeps CONCURRENCY streaming /v1/completions requests in flight (greedy, ignore_eos so
 // every request generates MAX_TOKENS) until REQUESTS have finished, and prints one JSON
-// line: requests/s, output tokens/s, time to first token p50/p99, mean inter-token
-// time, and the decode rate while every stream decodes (CONCURRENCY / mean inter-token time).
+// line with the keys of loadgen.c: requests/s, output tokens/s, time to first token
+// p50/p99, inter-token latency p50/p99/mean over every gap of every stream, and the
+// decode rate while every stream decodes (CONCURRENCY / mean inter-token time).
 import http from 'node:http';
 
 const [url, conc = '1', total = '8', maxTokens = '64', words = '32'] = process.argv.slice(2);
@@ -54,10 +55,11 @@ await Promise.all(Array.from({ length: Number(conc) }, async () => {
 const secs = (performance.now() - t0) / 1000;
 const toks = results.reduce((s, r) => s + r.tokens, 0);
 const ttft = results.map((r) => r.ttft);
-const span = results.reduce((s, r) => s + r.gaps.reduce((a, b) => a + b, 0), 0), spanTok = results.reduce((s, r) => s + r.gaps.length, 0);
-const itl = spanTok ? span / spanTok : 0; // mean inter-token time (ms)
-console.log(JSON.stringify({ concurrency: Number(conc), requests: results.length, max_tokens: Number(maxTokens),
-  seconds: +secs.toFixed(3), req_per_s: +(results.length / secs).toFixed(3), out_tok_per_s: +(toks / secs).toFixed(1),
-  ttft_p50_ms: +q(ttft, 0.5).toFixed(1), ttft_p99_ms: +q(ttft, 0.99).toFixed(1), itl_mean_ms: +itl.toFixed(2),
-  decode_tok_per_s: +(itl ? Number(conc) * 1000 / itl : 0).toFixed(1) }));
+const gaps = results.flatMap((r) => r.gaps);
+const itl = gaps.length ? gaps.reduce((a, b) => a + b, 0) / gaps.length : 0; // mean inter-token time (ms)
+console.log(JSON.stringify({ concurrency: Number(conc), requests: results.length, prompt_words: Number(words),
+  max_tokens: Number(maxTokens), seconds: +secs.toFixed(3), req_per_s: +(results.length / secs).toFixed(3),
+  tokens: toks, out_tok_per_s: +(toks / secs).toFixed(1), ttft_p50_ms: +q(ttft, 0.5).toFixed(1), ttft_p99_ms: +q(ttft, 0.99).toFixed(1),
+  itl_p50_ms: +q(gaps, 0.5).toFixed(2), itl_p99_ms: +q(gaps, 0.99).toFixed(2), itl_mean_ms: +itl.toFixed(2),
+  decode_tok_per_s: +(itl ? Number(conc) * 1000 / itl : 0).toFixed(1), errors: 0 }));
 agent.destroy();
