@@ -179,7 +179,11 @@ $(B)/tests/cuda/test_cuda_decode: tests/cuda/test_cuda_decode.c tests/harness.h 
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
 
-cuda: $(B)/tests/cuda/test_cuda_decode $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/libceler-cuda.so
+$(B)/tests/cuda/test_cuda_batch: tests/cuda/test_cuda_batch.c tests/harness.h tests/fixture_util.h $(B)/libceler.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
+
+cuda: $(B)/tests/cuda/test_cuda_batch $(B)/tests/cuda/test_cuda_decode $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/libceler-cuda.so
 
 # On the GPU machine: kernel tests, every model fixture on the GPU, then the kernel benchmark.
 test-cuda: cuda tests
@@ -189,6 +193,7 @@ test-cuda: cuda tests
 	$(B)/tests/cuda/test_cuda_kv
 	$(B)/tests/cuda/test_cuda_graph
 	$(B)/tests/cuda/test_cuda_decode
+	$(B)/tests/cuda/test_cuda_batch
 	$(B)/tests/cuda/test_cuda_kernels --bench-only
 
 .PHONY: cuda test-cuda
