@@ -1,7 +1,8 @@
 /* cli/cmd_bench.c: `celer bench`: llama-bench-style prefill (ppN) and decode (tgN)
  * throughput, mean +- stddev over repetitions, with each figure beside its limit:
  * decode as weight-read GB/s against the read bandwidth measured in the same run,
- * prefill as GFLOP/s of the layers' matrix products. */
+ * prefill as GFLOP/s of the layers' matrix products. With -npl LIST it runs the
+ * llama-batched-bench table instead (bench_batched.c). */
 #include <math.h>
 #include <limits.h>
 #include <stdio.h>
@@ -11,22 +12,26 @@
 
 #include "celer.h"
 #include "cli/args.h"
+#include "cli/bench_batched.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/load.h"
 
 static const opt_spec opts[] = {
     {"--model", "-m", "DIR", "checkpoint directory (default: the embedded default model)"},
-    {"--n-prompt", "-p", "N", "prompt tokens for the prefill test (default 512; 0 skips it)"},
-    {"--n-gen", "-n", "N", "generated tokens for the decode test (default 128; 0 skips it)"},
-    {"--repetitions", "-r", "N", "repetitions of each test (default 5)"},
+    {"--n-prompt", "-p", "N", "prompt tokens for the prefill test (default 512; 0 skips it); with -npl a list"},
+    {"--n-gen", "-n", "N", "generated tokens for the decode test (default 128; 0 skips it); with -npl a list"},
+    {"--n-parallel", "-npl", "LIST", "llama-batched-bench mode: sequences decoded together, e.g. 1,8,32 (docs/benchmarks/cpu-batched.md)"},
+    {"--ctx-size", "-c", "N", "with -npl: KV tokens over all sequences, B x (PP + TG) at most (default: the model's context)"},
+    {"--batch-size", "-b", "N", "with -npl: most token rows per forward (default 512)"},
+    {"--repetitions", "-r", "N", "repetitions of each test (default 5; with -npl 1, the median is shown)"},
     {"--n-depth", "-d", "N", "context depth: tokens already in the cache before each test (default 0)"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
     {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
     {"--output", "-o", "FMT", "md (default) or json"},
 };
 
-static double now(void) {
+double bench_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -55,11 +60,11 @@ static double run_once(celer_model *m, int vocab, int depth, int n_prompt, int n
     if (smp) {
         for (int i = 0; i < n + depth; i++) tok[i] = (int32_t)(rand_r(seed) % (unsigned)vocab);
         if (depth && celer_session_eval(s, tok + n, depth, NULL, 0) != 0) goto out;
-        double t0 = now();
+        double t0 = bench_now();
         int rc = 0;
         if (n_prompt) rc = celer_session_eval(s, tok, n_prompt, NULL, 0);
         else rc = celer_generate(s, smp, tok, 1, n_gen, -1, NULL, NULL) == n_gen ? 0 : -1;
-        if (rc == 0) dt = now() - t0;
+        if (rc == 0) dt = bench_now() - t0;
     }
 out:
     celer_sampler_free(smp);
@@ -70,7 +75,7 @@ out:
 
 /* The mean KV bytes a tg test's forwards read: forward i (the prompt token, then each
  * generated token fed back) attends over the depth + i + 1 tokens its caches hold. */
-static double mean_kv_bytes(const celer_model *m, long depth, int n_gen) {
+double bench_mean_kv_bytes(const celer_model *m, long depth, int n_gen) {
     double sum = 0;
     for (int i = 0; i < n_gen; i++) sum += (double)celer_model_kv_bytes(m, (int)depth + i + 1);
     return n_gen > 0 ? sum / n_gen : 0;
@@ -84,7 +89,7 @@ static void stats(bench_test *t, int reps) {
     t->sd = reps > 1 ? sqrt(sq / (reps - 1)) : 0;
 }
 
-static void model_label(const celer_model_info *in, char *buf, size_t n) {
+void bench_model_label(const celer_model_info *in, char *buf, size_t n) {
     char fmt[32];
     snprintf(fmt, sizeof fmt, "%s", in->format);
     for (char *p = fmt; *p; p++) if (*p >= 'a' && *p <= 'z') *p = (char)(*p - 32);
@@ -94,11 +99,15 @@ static void model_label(const celer_model_info *in, char *buf, size_t n) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    args a = {"bench", "[-m DIR] [-p 512] [-n 128] [-d 0] [-r 5] [-t N] [-o md|json]",
-              "Measures prefill (ppN) and decode (tgN) speed, llama-bench style, against the measured limits.",
-              opts, 8, {0}};
+    args a = {"bench", "[-m DIR] [-p 512] [-n 128] [-d 0] [-r 5] [-t N] [-o md|json]  |  -npl 1,8,32 [-p 512,..] [-n 128,..] [-c N]",
+              "Measures prefill (ppN) and decode (tgN) speed, llama-bench style, against the measured limits;\n"
+              "with -npl, prompt and generation throughput of N sequences decoded together, llama-batched-bench style.",
+              opts, (int)(sizeof opts / sizeof opts[0]), {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
+    if (args_get(&a, "--n-parallel")) return bench_batched(&a);
+    const char *only = args_get(&a, "--ctx-size") ? "-c" : args_get(&a, "--batch-size") ? "-b" : NULL;
+    if (only) { args_usage_error(&a, "flag '%s' belongs to the batched mode: give -npl LIST with it", only); return 2; }
     if (cli_device_flag(&a)) return 2;
     char defbuf[PATH_MAX];
     const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf), *fmt = args_get(&a, "--output");
@@ -152,7 +161,7 @@ int cmd_bench(int argc, char **argv) {
     if (tty) fprintf(stderr, "\r%40s\r", "");
     if (status == 0) {
         char label[96];
-        model_label(&in, label, sizeof label);
+        bench_model_label(&in, label, sizeof label);
         double gib = (double)in.weight_bytes / (1024.0 * 1024 * 1024);
         double flops = celer_model_layer_flops_per_token(m);
         if (strcmp(fmt, "md") == 0) {
@@ -168,7 +177,7 @@ int cmd_bench(int argc, char **argv) {
             for (int t = 0; t < nt; t++) {
                 const bench_test *bt = &tests[t];
                 if (bt->n_gen) {
-                    double bytes = (double)in.weight_bytes + mean_kv_bytes(m, depth, bt->n_gen);
+                    double bytes = (double)in.weight_bytes + bench_mean_kv_bytes(m, depth, bt->n_gen);
                     double gbs = bytes * bt->mean / 1e9;
                     printf("%s: %.3f GB read per token (weights + mean KV) -> %.1f GB/s = %.0f%% of the %s bandwidth\n",
                            bt->name, bytes / 1e9, gbs, 100 * gbs / bw, gpu ? "copy" : "read");
@@ -181,7 +190,7 @@ int cmd_bench(int argc, char **argv) {
             printf("[\n");
             for (int t = 0; t < nt; t++) {
                 const bench_test *bt = &tests[t];
-                double bytes = (double)in.weight_bytes + mean_kv_bytes(m, depth, bt->n_gen);
+                double bytes = (double)in.weight_bytes + bench_mean_kv_bytes(m, depth, bt->n_gen);
                 printf("  {\"model\": \"%s\", \"model_type\": \"%s\", \"format\": \"%s\", \"size_bytes\": %llu, "
                        "\"n_params\": %lld, \"backend\": \"%s\", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, "
                        "\"n_gen\": %d, \"n_depth\": %ld, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
