@@ -8,6 +8,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "base/settings.h"
 #include "model/model.h"
 
 model_scratch *model_scratch_new(const model *m, int max_T) {
@@ -309,7 +310,7 @@ static int decode_bucket(int n) {
 }
 
 int model_is_decode_batch(const fwd_seq *seqs, int n_seqs) {
-    if (n_seqs < 2) return 0;
+    if (n_seqs < 2 || !setting_flag(SET_CELER_DECODE_BATCH)) return 0;
     for (int i = 0; i < n_seqs; i++)
         if (seqs[i].T != 1) return 0;
     return 1;
