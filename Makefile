@@ -141,11 +141,11 @@ CUDA_C_OBJ := $(CUDA_C_SRC:%.c=$(B)/obj/%.o)
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++ \
                -Wl,-Bstatic -ljansson -lpcre2-8 -lutf8proc -Wl,-Bdynamic -lm -pthread
 
-$(B)/obj/%.o: %.cu $(wildcard src/backend/cuda/*.cuh src/backend/cuda/*.h src/backend/*.h)
+$(B)/obj/%.o: %.cu $(wildcard src/backend/cuda/*.cuh src/backend/cuda/*.h src/backend/*.h src/base/settings.h src/tensor/weight.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-$(CUDA_C_OBJ): $(B)/obj/%.o: %.c $(wildcard src/backend/cuda/*.h src/backend/*.h)
+$(CUDA_C_OBJ): $(B)/obj/%.o: %.c $(wildcard src/backend/cuda/*.h src/backend/*.h src/base/settings.h src/tensor/weight.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -I$(CUDA_HOME)/include -c $< -o $@
 

@@ -34,7 +34,18 @@ _Static_assert(sizeof(attn_params) == 6 * sizeof(int) + sizeof(const float *), "
 
 /* ---- running one op ------------------------------------------------------------- */
 
-static int gemm_ok(const weight *w, int T) { return T <= CUK_MV_MAX_T && cuk_matvec_supports(w); }
+/* 1 when a product of T rows runs on the matrix-vector kernels (else cuBLAS): up to
+ * CUK_MV_BATCH_MAX rows (at most CUK_MV_MAX_T). Its default, 4, is measured: a decode
+ * step of 8 llama3-8b rows ran at 704 tok/s on the matvec kernels and 1,202 through
+ * cuBLAS (docs/benchmarks/cuda-batched.md); qwen3-0.6b the same either way. */
+static int gemm_ok(const weight *w, int T) {
+    static int max = -1;
+    if (max < 0) {
+        const long v = setting_int(SET_CUK_MV_BATCH_MAX);
+        max = v >= 1 && v <= CUK_MV_MAX_T ? (int)v : CUK_MV_MAX_T;
+    }
+    return (T <= max || T == 1) && cuk_matvec_supports(w);
+}
 
 /* Work space op e needs, grown before it is recorded or run (never while a graph is
  * being captured); 0 when it could not be had. */
