@@ -416,6 +416,7 @@ static int feed_device(celer_gen *g, int n) {
         gseq *q = g->seq[g->bi[k]];
         g->bdev[k] = (unsigned char)device_ok(g, q, &g->bsp[k]);
         g->btok[k] = q->pending;
+        g->bu[k] = 0.0; /* a host row's (unused) draw */
         any |= g->bdev[k];
     }
     if (!any) return 0;
