@@ -141,11 +141,11 @@ CUDA_C_OBJ := $(CUDA_C_SRC:%.c=$(B)/obj/%.o)
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++ \
                -Wl,-Bstatic -ljansson -lpcre2-8 -lutf8proc -Wl,-Bdynamic -lm -pthread
 
-$(B)/obj/%.o: %.cu $(wildcard src/backend/cuda/*.cuh src/backend/cuda/*.h src/backend/*.h)
+$(B)/obj/%.o: %.cu $(wildcard src/backend/cuda/*.cuh src/backend/cuda/*.h src/backend/*.h src/base/settings.h src/tensor/weight.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-$(CUDA_C_OBJ): $(B)/obj/%.o: %.c $(wildcard src/backend/cuda/*.h src/backend/*.h)
+$(CUDA_C_OBJ): $(B)/obj/%.o: %.c $(wildcard src/backend/cuda/*.h src/backend/*.h src/base/settings.h src/tensor/weight.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -I$(CUDA_HOME)/include -c $< -o $@
 
@@ -179,7 +179,11 @@ $(B)/tests/cuda/test_cuda_decode: tests/cuda/test_cuda_decode.c tests/harness.h 
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
 
-cuda: $(B)/tests/cuda/test_cuda_decode $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/libceler-cuda.so
+$(B)/tests/cuda/test_cuda_batch: tests/cuda/test_cuda_batch.c tests/harness.h tests/fixture_util.h $(B)/libceler.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
+
+cuda: $(B)/tests/cuda/test_cuda_batch $(B)/tests/cuda/test_cuda_decode $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/libceler-cuda.so
 
 # On the GPU machine: kernel tests, every model fixture on the GPU, then the kernel benchmark.
 test-cuda: cuda tests
@@ -189,6 +193,7 @@ test-cuda: cuda tests
 	$(B)/tests/cuda/test_cuda_kv
 	$(B)/tests/cuda/test_cuda_graph
 	$(B)/tests/cuda/test_cuda_decode
+	$(B)/tests/cuda/test_cuda_batch
 	$(B)/tests/cuda/test_cuda_kernels --bench-only
 
 .PHONY: cuda test-cuda

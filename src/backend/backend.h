@@ -46,6 +46,8 @@ typedef struct {
 
 /* Slots of a device sampler's results the host can wait on. */
 #define SAMPLE_SLOTS 4
+/* Rows one sample_rows call takes at most. */
+#define SAMPLE_MAX_ROWS 256
 
 /* How an expert stores its gate and up projections. */
 enum {
@@ -120,6 +122,14 @@ typedef struct {
      * message when the device failed). */
     int (*sample)(backend *b, const float *logits, int V, const sample_params *p, double u, int32_t *tok, int slot);
     int32_t (*sampled)(backend *b, int slot);
+    /* The same for n rows at once (NULL where not available): row i of logits [n, V]
+     * with parameters p[i] and draw u[i] -> tok[i] (backend memory) and row i of
+     * result slot `slot`; n <= the backend's bound (-1, nothing done, past it or
+     * when some row needs the host). sampled_rows waits for the slot and copies its
+     * n tokens to out (0; -1 with a message when the device failed). */
+    int (*sample_rows)(backend *b, const float *logits, int V, int n, const sample_params *p, const double *u,
+                       int32_t *tok, int slot);
+    int (*sampled_rows)(backend *b, int slot, int32_t *out, int n);
     /* ---- arithmetic: one member per op of backend/ops_list.h (contracts there) ----- */
 #define BACKEND_OP_MEMBER(name, mode) void (*name)(backend * b OP_ARGS_##name(OPA_PARAM));
     BACKEND_OPS(BACKEND_OP_MEMBER)

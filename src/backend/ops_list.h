@@ -65,6 +65,16 @@
     A(V, const float *, q) A(V, const int32_t *, qpos) A(V, int, T) A(S, attn_kv, kv) A(S, attn_params, p) \
     A(V, float *, out)
 
+/* A decode step of n sequences, one query row each, in one op: row i of
+ * q [n, n_heads, head_dim] at position qpos[i] (backend memory) attends over its own
+ * cache's view kvs[i] (a host array [n]; a view with k NULL or n 0 is a padding row,
+ * whose output is zero) -> out [n, n_heads, head_dim], as attention computes each
+ * row alone. max_keys bounds every kvs[i].n (a device backend sizes its key splits
+ * by it). */
+#define OP_ARGS_attention_batch(A) \
+    A(V, const float *, q) A(V, const int32_t *, qpos) A(V, int, n) A(V, const attn_kv *, kvs) A(V, int, max_keys) \
+    A(S, attn_params, p) A(V, float *, out)
+
 /* g [n] <- silu(g) * u  (act 0) or gelu_tanh(g) * u (act 1) */
 #define OP_ARGS_glu(A) A(V, float *, g) A(V, const float *, u) A(V, long, n) A(V, int, act)
 
@@ -107,6 +117,7 @@
     X(qk_norm_rope, KERNEL) \
     X(rope, KERNEL)         \
     X(attention, CUSTOM)    \
+    X(attention_batch, CUSTOM) \
     X(glu, KERNEL)          \
     X(scale, KERNEL)        \
     X(softcap, KERNEL)      \

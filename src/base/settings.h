@@ -15,6 +15,7 @@
     X(CELER_STATS, FLAG, "0", "print KV-cache and device counters to stderr when a session or backend ends")        \
     X(CELER_KV_INPLACE_WRITE, FLAG, "1", "0: every KV row write takes the copying path (A/B runs; same results)")   \
     X(CELER_NO_SIMD, FLAG, "0", "1: CPU kernels use the portable C code instead of AVX2+FMA")                       \
+    X(CELER_DECODE_BATCH, FLAG, "1", "0: a decode step of several sequences attends per sequence, unpadded (A/B)")    \
     X(CELER_DEVICE_SAMPLE, FLAG, "1", "0: a GPU session samples on the host and runs the unpipelined loop")         \
     X(CELER_FUSE, FLAG, "1", "0: q/k/v and gate/up weights are uploaded separately instead of fused")              \
     X(CELER_GRAPH, FLAG, "1", "0: GPU decode steps run op by op instead of as captured CUDA graphs")               \
@@ -22,6 +23,7 @@
     X(CELER_PROFILE, FLAG, "0", "1: time every GPU op and print per-op-kind totals at exit (slows decode)")         \
     X(CUK_MV_X1, FLAG, "1", "0: GPU T=1 affine products use the general kernel (A/B runs)")                        \
     X(CUK_MV_X1CFG, STR, NULL, "r2u4, r4u2 or r8u1: force one T=1 affine kernel configuration (A/B runs)")          \
+    X(CUK_MV_BATCH_MAX, INT, "4", "1..8: the most rows a GPU product runs with the matvec kernels (more: cuBLAS)")  \
     X(CUK_MV_ROWS, INT, "0", "1, 2 or 4: rows per warp of the GPU matvec kernels (0: measured default)")            \
     X(CUK_MV_INT8, FLAG, "0", "1: GPU quantized products round activations to int8 (dp4a kernels)")                \
     X(CUK_GEMM_BF16X1, FLAG, "0", "1: GPU bf16 GEMMs use one bf16 term instead of two (faster, less exact)")       \

@@ -179,9 +179,10 @@ int bench_batched(const args *a) {
         args_usage_error(a, "flag '--n-depth' (-d) is not used with -npl: each sequence starts from an empty cache");
         return 2;
     }
+    int mst; /* the exit status when there is no model */
     char defbuf[PATH_MAX];
-    const char *dir = cli_model_arg(a, defbuf, sizeof defbuf), *fmt = args_get(a, "--output");
-    if (!dir) return 2;
+    const char *dir = cli_model_arg(a, defbuf, sizeof defbuf, &mst), *fmt = args_get(a, "--output");
+    if (!dir) return mst;
     int pls[MAX_LIST], pps[MAX_LIST], tgs[MAX_LIST], n_pl, n_pp, n_tg;
     long reps, threads, ctx_flag, batch;
     if (int_list(a, "--n-parallel", "-npl", 1, 1, MAX_SEQS, pls, &n_pl) ||

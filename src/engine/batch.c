@@ -26,14 +26,75 @@ static int run_group(celer_session *const *ss, const int32_t *const *tok, const 
         r += nt[i];
     }
     if (model_forward_batch(m, seqs, n, scr, flat, 0) != 0) return -1;
+    const int decode = model_is_decode_batch(seqs, n); /* logits of every row: row i for session i */
     for (int i = 0, row = 0; i < n; i++) {
         celer_session *s = ss[i];
         memcpy(s->tokens + s->pos, tok[i], (size_t)nt[i] * sizeof *tok[i]);
         s->pos += nt[i];
         s->has_logits = seqs[i].want_logits;
-        if (s->has_logits) model_logits_read(scr, row++, 1, V, s->last);
+        if (s->has_logits) model_logits_read(scr, decode ? i : row++, 1, V, s->last);
     }
     return 0;
+}
+
+int engine_batch_decode_sample(celer_session *const *ss, const int32_t *tok, int n, const unsigned char *dev,
+                               const sample_params *sp, const double *u, int32_t *out) {
+    if (n < 2) return err_set("batch: a device-sampled decode step needs 2 or more sessions (%d)", n);
+    const celer_model *cm = ss[0]->cm;
+    model *m = cm->m;
+    backend *b = m->be;
+    model_scratch *scr = ss[0]->scratch;
+    const int V = m->cfg.vocab;
+    if (!b->ops->sample_rows) return err_set("batch: the %s backend has no batched sampler", b->ops->name);
+    if (n > scr->max_T) return err_set("batch: %d sessions exceed the batch of %d rows", n, scr->max_T);
+    for (int i = 0; i < n; i++) {
+        const celer_session *s = ss[i];
+        if (s->cm != cm) return err_set("batch: session %d belongs to another model", i);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == s) return err_set("batch: session %d appears twice (also at %d)", i, j);
+        if (s->pos + 1 > s->ctx)
+            return err_set("batch: session %d: context full: %d cached + 1 new token exceed the context size %d", i,
+                           s->pos, s->ctx);
+    }
+    if (engine_check_tokens(m, tok, n) != 0) return err_prefix("batch");
+    fwd_seq *seqs = mem_alloc((size_t)n * sizeof *seqs, "batch");
+    sample_params *p = mem_alloc((size_t)n * sizeof *p, "batch");
+    int *start = mem_alloc((size_t)n * sizeof *start, "batch");
+    int rc = seqs && p && start ? 0 : -1;
+    for (int i = 0; i < n && rc == 0; i++) {
+        start[i] = ss[i]->pos;
+        if (engine_prepare_caches(ss[i], 1) != 0) rc = err_prefix("batch: session %d", i);
+        seqs[i] = (fwd_seq){ss[i]->caches, 1, ss[i]->pos, 1};
+        /* a host row still gets a (greedy) device draw, unused: one launch for all rows */
+        p[i] = dev[i] ? sp[i] : (sample_params){0.0f, 1, 1.0f, 0.0f};
+    }
+    if (rc == 0) rc = model_forward_batch(m, seqs, n, scr, tok, 0);
+    for (int i = 0; i < n && rc == 0; i++) { /* fed: a failure from here on rewinds them */
+        celer_session *s = ss[i];
+        s->tokens[s->pos++] = tok[i];
+        s->has_logits = 0;
+    }
+    if (rc == 0 && b->ops->sample_rows(b, scr->logits, V, n, p, u, scr->tok, 0) != 0)
+        rc = err_set("batch: the device sampler refused a row's parameters");
+    if (rc == 0) rc = b->ops->sampled_rows(b, 0, out, n);
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (dev[i]) continue;
+        model_logits_read(scr, i, 1, V, ss[i]->last);
+        ss[i]->has_logits = 1;
+    }
+    if (rc == 0 && b->ops->status(b) != 0) rc = -1;
+    if (rc != 0 && start) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", err_msg());
+        for (int i = 0; i < n; i++)
+            if (ss[i]->pos > start[i] && celer_session_rewind(ss[i], start[i]) != 0)
+                snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " (session %d could not be rewound)", i);
+        err_set("%s", msg);
+    }
+    free(seqs);
+    free(p);
+    free(start);
+    return rc;
 }
 
 int celer_batch_eval(celer_session *const *sessions, const int32_t *const *tokens, const int *n_tokens,

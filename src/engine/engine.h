@@ -46,6 +46,14 @@ kv_cache *engine_layer_cache(const model *m, int layer, int ctx, int max_T);
  * rows at s->pos, so that the forward after it cannot fail half-way on memory. -1
  * with a message naming the layer; the caches hold what they held. */
 int engine_prepare_caches(celer_session *s, int T);
+/* A decode step of n >= 2 sessions, one token each (tok [n]), whose next tokens are
+ * drawn on the device in one launch (backend_ops.sample_rows): row i with dev[i]
+ * set is drawn with sp[i] and u[i] into out[i] (the session keeps no host logits);
+ * a row without it has its logits copied to the session (host sampling, as
+ * celer_batch_eval leaves them). Every session advances by its token, or none does
+ * (-1 with a message; the caller's draws are not used then). */
+int engine_batch_decode_sample(celer_session *const *ss, const int32_t *tok, int n, const unsigned char *dev,
+                               const sample_params *sp, const double *u, int32_t *out);
 /* -1 with a message naming the first id of tok [n] outside m's vocabulary and its
  * index; 0 when every id is in range. */
 int engine_check_tokens(const model *m, const int32_t *tok, int n);

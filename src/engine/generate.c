@@ -47,6 +47,8 @@ typedef struct {
     int32_t pending;        /* PENDING: the token to feed */
     int n_gen;              /* tokens reported */
     int dev_logits;         /* the session's scratch holds its logits (fed alone by the last step) */
+    int has_dev_tok;        /* READY: dev_tok was drawn on the device in a batched step (no host logits) */
+    int32_t dev_tok;
     int host_only;          /* the device sampler refused its parameters */
     sample_rng before;      /* INFLIGHT: the sampler's generator before the draw in flight */
     char *text;             /* [text_cap] this step's event text */
@@ -68,6 +70,12 @@ struct celer_gen {
     int *bn, *bi;
     unsigned char *bw;
     unsigned char *landed;  /* [cap] landed this step: no more this step */
+    /* a device-sampled decode step [cap]: rows drawn on the device, their parameters,
+     * draws, fed tokens and drawn tokens */
+    unsigned char *bdev;
+    sample_params *bsp;
+    double *bu;
+    int32_t *btok, *bout;
 };
 
 const char *celer_finish_name(int f) {
@@ -130,6 +138,11 @@ void celer_gen_free(celer_gen *g) {
     free(g->bi);
     free(g->bw);
     free(g->landed);
+    free(g->bdev);
+    free(g->bsp);
+    free(g->bu);
+    free(g->btok);
+    free(g->bout);
     free(g);
 }
 
@@ -168,7 +181,18 @@ static int reserve(celer_gen *g) {
     if (bw) g->bw = bw;
     unsigned char *landed = realloc(g->landed, n * sizeof *landed);
     if (landed) g->landed = landed;
-    if (!ev || !bs || !bt || !bn || !bi || !bw || !landed) return err_set("generator: out of memory");
+    unsigned char *bdev = realloc(g->bdev, n * sizeof *bdev);
+    if (bdev) g->bdev = bdev;
+    sample_params *bsp = realloc(g->bsp, n * sizeof *bsp);
+    if (bsp) g->bsp = bsp;
+    double *bu = realloc(g->bu, n * sizeof *bu);
+    if (bu) g->bu = bu;
+    int32_t *btok = realloc(g->btok, n * sizeof *btok);
+    if (btok) g->btok = btok;
+    int32_t *bout = realloc(g->bout, n * sizeof *bout);
+    if (bout) g->bout = bout;
+    if (!ev || !bs || !bt || !bn || !bi || !bw || !landed || !bdev || !bsp || !bu || !btok || !bout)
+        return err_set("generator: out of memory");
     g->cap = g->n_seq;
     return 0;
 }
@@ -452,6 +476,40 @@ static void host_sample(celer_gen *g, gseq *q, celer_gen_event *e) {
     }
 }
 
+/* A decode step of the n >= 2 PENDING sequences in the batch arrays, whose next
+ * tokens are drawn on the device in one launch where their parameters allow (the
+ * others' logits come to the host, as in the host step). 0 when the step did not
+ * run (no backend sampler, no row for it, or a failure: every draw is taken back and
+ * the host step runs instead, reporting any error). */
+static int feed_device(celer_gen *g, int n) {
+    const model *m = g->cm->m;
+    if (!m->be->ops->sample_rows || n < 2 || n > SAMPLE_MAX_ROWS || !setting_flag(SET_CELER_DEVICE_SAMPLE)) return 0;
+    int any = 0;
+    for (int k = 0; k < n; k++) {
+        gseq *q = g->seq[g->bi[k]];
+        g->bdev[k] = (unsigned char)device_ok(g, q, &g->bsp[k]);
+        g->btok[k] = q->pending;
+        g->bu[k] = 0.0; /* a host row's (unused) draw */
+        any |= g->bdev[k];
+    }
+    if (!any) return 0;
+    for (int k = 0; k < n; k++)
+        if (g->bdev[k]) g->bu[k] = sample_device_draw(g->seq[g->bi[k]]->smp, &g->seq[g->bi[k]]->before);
+    if (engine_batch_decode_sample(g->bs, g->btok, n, g->bdev, g->bsp, g->bu, g->bout) != 0) {
+        for (int k = 0; k < n; k++)
+            if (g->bdev[k]) sample_device_undraw(g->seq[g->bi[k]]->smp, &g->seq[g->bi[k]]->before);
+        return 0;
+    }
+    for (int k = 0; k < n; k++) {
+        gseq *q = g->seq[g->bi[k]];
+        q->dev_logits = 0;
+        q->state = SEQ_READY;
+        q->has_dev_tok = g->bdev[k];
+        q->dev_tok = g->bout[k];
+    }
+    return 1;
+}
+
 /* Feeds every PENDING token and prompt chunks under the budget in one batch; a
  * failed batch is retried one sequence at a time to find the culprit (its event
  * reports the error). */
@@ -486,6 +544,7 @@ static void feed(celer_gen *g, int *n_ev) {
         prefilled = 1;
     }
     if (!n) return;
+    if (!prefilled && feed_device(g, n)) return;
     if (celer_batch_eval(g->bs, g->bt, g->bn, g->bw, n) != 0) {
         for (int k = 0; k < n; k++) {
             const unsigned char want = 1;
@@ -554,6 +613,14 @@ int celer_gen_step(celer_gen *g, const celer_gen_event **events) {
             }
             e->finish = CELER_FINISH_LENGTH;
             q->state = SEQ_DONE;
+            continue;
+        }
+        if (q->has_dev_tok) { /* drawn on the device in this step's batch */
+            q->has_dev_tok = 0;
+            if (!finish_token(q, q->dev_tok, q->p.session->pos, e)) {
+                q->pending = q->dev_tok;
+                q->state = SEQ_PENDING;
+            }
             continue;
         }
         sample_params sp;

@@ -8,6 +8,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "base/settings.h"
 #include "model/model.h"
 
 model_scratch *model_scratch_new(const model *m, int max_T) {
@@ -117,7 +118,7 @@ static void per_layer_inputs(model *m, model_scratch *s, int T) {
  *   for a sequence that reaches past the original length in this forward);
  *   o = Wo attn(q, cache) + bo; x += post_norm(o) (sandwich/post plans) or o.
  * A layer that shares another's cache computes only q and reads that cache. */
-static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, int l, int T) {
+static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, int l, int T, attn_kv *kvs) {
     const model_config *c = &m->cfg;
     const layer_plan *p = &m->plan[l];
     const layer_weights *w = &m->lw[l];
@@ -171,8 +172,23 @@ static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scra
         op->qk_norm_rope(b, q, src == l ? k : NULL, T, p->n_heads, p->n_kv, p->head_dim, head_norm, w->q_norm, w->k_norm,
                          c->eps, c->norm_plus_one, s->pos, rope);
     }
-    /* each sequence writes its rows into its own cache and attends over it */
     attn_params ap = {p->n_heads, p->n_kv, p->head_dim, p->attn_scale, p->window, p->attn_softcap, w->sinks};
+    if (kvs) {
+        /* a decode step (one row per sequence): every row's key into its cache, then one
+         * attention over all rows, each over its own cache (rows past n_seqs: padding) */
+        int max_keys = 0;
+        for (int i = 0; i < n_seqs; i++) {
+            if (src == l && kv_append(seqs[i].caches[l], k + i * kd, v + i * kd, s->pos_host + i, 1) != 0) return -1;
+            kv_view(seqs[i].caches[src], &kvs[i]);
+            if (kvs[i].n > max_keys) max_keys = kvs[i].n;
+        }
+        op->attention_batch(b, q, s->pos, T, kvs, max_keys, &ap, s->att);
+        op->matmul(b, &w->wo, s->att, s->xn, T);
+        add_bias(b, s->xn, w->bo, T, H);
+        owe(s, s->xn, w->attn_post_norm);
+        return 0;
+    }
+    /* each sequence writes its rows into its own cache and attends over it */
     for (int i = 0, r = 0; i < n_seqs; r += seqs[i++].T) {
         const int Ti = seqs[i].T;
         if (src == l && kv_append(seqs[i].caches[l], k + r * kd, v + r * kd, s->pos_host + r, Ti) != 0) return -1;
@@ -284,6 +300,22 @@ static int has_experts(const model *m) {
     return 0;
 }
 
+/* The batch-size bucket of a decode step of n sequences (powers of two up to 256): a
+ * device backend runs the step with rows padded to it, so the steps of one bucket
+ * launch the same kernels (one captured graph serves them all). */
+static int decode_bucket(int n) {
+    int b = 1;
+    while (b < n && b < 256) b *= 2;
+    return b < n ? n : b;
+}
+
+int model_is_decode_batch(const fwd_seq *seqs, int n_seqs) {
+    if (n_seqs < 2 || !setting_flag(SET_CELER_DECODE_BATCH)) return 0;
+    for (int i = 0; i < n_seqs; i++)
+        if (seqs[i].T != 1) return 0;
+    return 1;
+}
+
 int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, const int32_t *tok, int all) {
     const model_config *c = &m->cfg;
     backend *b = m->be;
@@ -295,6 +327,14 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
         T += seqs[i].T;
     }
     if (n_seqs <= 0 || T > s->max_T) return err_set("forward: %d tokens (this session takes 1..%d at once)", T, s->max_T);
+    /* a decode step of several sequences: one attention op over all of them, rows
+     * padded to the step's bucket on a backend that records steps (not with experts,
+     * whose routing runs op by op anyway) */
+    const int decode = model_is_decode_batch(seqs, n_seqs);
+    const int n_real = T;
+    if (decode && op->step_begin && !has_experts(m) && decode_bucket(T) <= s->max_T) T = decode_bucket(T);
+    attn_kv *kvs = decode ? mem_calloc((size_t)T, sizeof *kvs, "attention views") : NULL;
+    if (decode && !kvs) return -1;
     for (int i = 0, r = 0; i < n_seqs; i++)
         for (int t = 0; t < seqs[i].T; t++, r++) {
             const int at = seqs[i].past + t;
@@ -304,12 +344,19 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
                 return err_set("token id %d at input position %d is out of the per-layer table (%d rows)", tok[r], at, c->ple_vocab);
             s->pos_host[r] = at;
         }
+    for (int r = n_real; r < T; r++) s->pos_host[r] = 0; /* padding rows */
     s->owed = NULL;
-    /* A few tokens at once (decode) may run as one recorded graph; expert routing
-     * reads its choices on the host, so plans with experts run op by op. */
-    const int graph = op->step_begin && !has_experts(m) && op->step_begin(b, T);
+    /* A few tokens at once, or a decode step of many sequences, may run as one
+     * recorded graph; expert routing reads its choices on the host, so plans with
+     * experts run op by op. */
+    const int graph = op->step_begin && !has_experts(m) && (T <= 8 || decode) && op->step_begin(b, T);
     op->upload(b, s->pos, s->pos_host, (size_t)T * sizeof(int32_t));
-    if (tok) op->upload(b, s->tok, tok, (size_t)T * sizeof(int32_t)); /* else a device sampler wrote s->tok */
+    if (tok) { /* else a device sampler wrote s->tok */
+        static const int32_t zeros[256];
+        op->upload(b, s->tok, tok, (size_t)n_real * sizeof(int32_t));
+        for (int r = n_real; r < T; r += 256) /* padding rows read token 0 */
+            op->upload(b, s->tok + r, zeros, (size_t)(T - r < 256 ? T - r : 256) * sizeof(int32_t));
+    }
 
     /* x = embed(tok) * embed_scale; per-layer inputs read this scaled embedding */
     op->embed(b, &m->embed, s->tok, T, c->embed_scale, s->x);
@@ -317,8 +364,9 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
 
     for (int l = 0; l < c->n_layers; l++) {
         const layer_plan *p = &m->plan[l];
-        if (attention_block(m, seqs, n_seqs, s, l, T) != 0) {
+        if (attention_block(m, seqs, n_seqs, s, l, T, kvs) != 0) {
             if (graph) op->step_end(b);
+            free(kvs);
             /* Callers kv_prepare every cache first, so an append cannot fail for lack of
              * memory; this path is for errors that leave rows in order. A rotating
              * cache that dropped rows to make room cannot be truncated back (kv_truncate
@@ -335,9 +383,11 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
         }
     }
 
-    /* logits = softcap(lm_head(norm(x))) for every row, or the last of each sequence */
+    free(kvs);
+    /* logits = softcap(lm_head(norm(x))) for every row, or the last of each sequence
+     * (a decode batch: every row, row i for sequence i) */
     int R = T;
-    if (all || (n_seqs == 1 && T == 1 && seqs[0].want_logits)) {
+    if (all || decode || (n_seqs == 1 && T == 1 && seqs[0].want_logits)) {
         norm_x(m, s, m->final_norm, s->xn, T);
     } else {
         settle(m, s, T);

@@ -273,6 +273,12 @@ typedef struct {
  * that is not the prompt's last skips the output layer). On error every sequence's
  * caches are taken back to their `past`. model_forward is the one-sequence case. */
 int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, const int32_t *tok, int all);
+/* 1 when seqs is a decode step of several sequences (n_seqs > 1, one token each):
+ * model_forward_batch then attends over all of them in one op and computes the logits
+ * of every row, row i for sequence i (all or not); on a device backend the rows are
+ * padded to a bucket (1, 2, 4, ... 256) so every step of one bucket records the same
+ * ops. */
+int model_is_decode_batch(const fwd_seq *seqs, int n_seqs);
 
 /* Weight binding helpers for family code and model.c: "<prefix><name>" tensors. */
 int model_bind(model *m, weight *w, const char *module, int64_t rows, int64_t cols);

@@ -205,6 +205,84 @@ static void against_cpu(void) {
     free(x);
 }
 
+/* cuk_sample_rows: R rows, each its own logits, parameters (greedy and sampling
+ * mixed) and draw, in one launch, against the CPU's pick for each row alone; the
+ * rows' work spaces must not interfere (every row of the large-vocabulary path
+ * keeps its own lists). Both kernel paths (one block, three kernels). */
+static void rows_against_cpu(void) {
+    static const int Vs[] = {1000, 5000, 32000, 128256};
+    enum { R = 37 };
+    static const cuk_sample_params ps[] = {
+        {0.0f, 0, 1.0f, 0.0f}, {0.8f, 40, 0.95f, 0.05f}, {1.5f, 1024, 0.9f, 0.0f}, {0.3f, 1, 1.0f, 0.0f},
+        {0.8f, 2, 0.5f, 0.3f}, {-1.0f, 40, 1.0f, 0.0f}, {1.0f, 200, 1.0f, 0.0f}};
+    const int np = (int)(sizeof ps / sizeof *ps);
+    long compared = 0, mismatched = 0, host_mismatched = 0;
+    for (size_t vi = 0; vi < sizeof Vs / sizeof *Vs; vi++) {
+        const int V = Vs[vi];
+        float *x = malloc(sizeof(float) * (size_t)V * R), *dx;
+        cuk_sample_params p[R], *dp;
+        double u[R], *du;
+        int32_t *dout, *hout, *hout_dev, got[R];
+        void *work;
+        CK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)V * R));
+        CK(cudaMalloc((void **)&dp, sizeof p));
+        CK(cudaMalloc((void **)&du, sizeof u));
+        CK(cudaMalloc((void **)&dout, sizeof got));
+        CK(cudaMalloc(&work, cuk_sample_work(V) * R));
+        CK(cudaHostAlloc((void **)&hout, sizeof got, cudaHostAllocMapped));
+        CK(cudaHostGetDevicePointer((void **)&hout_dev, hout, 0));
+        int sampling = 0;
+        for (int r = 0; r < R; r++) {
+            gen(x + (size_t)r * V, V, (r * 5 + (int)vi) % D_N);
+            p[r] = ps[(r + (int)vi) % np];
+            u[r] = r % 3 == 0 ? unif() : us[r % NU];
+            sampling |= p[r].temperature > 0.0f;
+            hout[r] = -7;
+        }
+        CK(cudaMemcpy(dx, x, sizeof(float) * (size_t)V * R, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dp, p, sizeof p, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(du, u, sizeof u, cudaMemcpyHostToDevice));
+        CHECK(cuk_sample_rows(dx, V, R, sampling, dp, du, dout, hout_dev, work, NULL) == 0, "cuk_sample_rows: %s",
+              err_msg());
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
+        for (int r = 0; r < R; r++) {
+            celer_sampler_params sp;
+            celer_sampler_params_default(&sp);
+            sp.temperature = p[r].temperature;
+            sp.top_k = p[r].top_k;
+            sp.top_p = p[r].top_p;
+            sp.min_p = p[r].min_p;
+            sp.repeat_penalty = 1.0f;
+            sp.presence_penalty = sp.frequency_penalty = 0.0f;
+            sp.penalty_last_n = 0;
+            celer_sampler *smp = celer_sampler_new(&sp, V);
+            if (!smp) { CHECK(0, "celer_sampler_new: %s", err_msg()); continue; }
+            const int32_t *ids;
+            const float *probs;
+            const int n = sample_candidates(smp, x + (size_t)r * V, &ids, &probs);
+            const int32_t want = cpu_pick(ids, probs, n, u[r]);
+            compared++;
+            if (got[r] != want && mismatched++ < 20)
+                printf("  rows mismatch: V %d row %d, T %g k %d p %g min_p %g, u %.17g: device %d, cpu %d\n", V, r,
+                       p[r].temperature, p[r].top_k, p[r].top_p, p[r].min_p, u[r], got[r], want);
+            host_mismatched += hout[r] != got[r];
+            celer_sampler_free(smp);
+        }
+        CK(cudaFree(dx));
+        CK(cudaFree(dp));
+        CK(cudaFree(du));
+        CK(cudaFree(dout));
+        CK(cudaFree(work));
+        CK(cudaFreeHost(hout));
+        free(x);
+    }
+    printf("  rows: %ld rows compared, %ld mismatches, %ld host copies differing\n", compared, mismatched,
+           host_mismatched);
+    CHECK(compared > 0 && mismatched == 0, "%ld of %ld batched device tokens differ from the CPU's", mismatched, compared);
+    CHECK(host_mismatched == 0, "%ld host copies differ from the batched device tokens", host_mismatched);
+}
+
 static void supported(void) {
     cuk_sample_params p = {0.0f, 0, 1.0f, 0.0f};
     CHECK(cuk_sample_supported(&p) == 1, "greedy, top_k off");
@@ -352,6 +430,7 @@ int main(int argc, char **argv) {
             CK(cudaMemcpy(db.du, us, sizeof us, cudaMemcpyHostToDevice));
             RUN(against_cpu);
         }
+        RUN(rows_against_cpu);
         CK(cudaFree(db.du));
         CK(cudaFree(db.dout));
         CK(cudaFreeHost(db.hout));

@@ -2,6 +2,7 @@
  * optional sliding window, logit softcap and per-head sinks. One pass over the keys
  * with an online softmax (running max and sum), so no [T, n] score matrix is stored. */
 #include <math.h>
+#include <string.h>
 
 #include "backend/cpu/attn_kernels.h"
 #include "backend/cpu/cpu.h"
@@ -87,4 +88,17 @@ void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const
     long total = (long)T * p->n_heads;
     int tasks = total < c->n_threads ? (int)total : c->n_threads;
     pool_run(c->pool, tasks, attn_task, &j);
+}
+
+void cpu_attention_batch(backend *b, const float *q, const int32_t *qpos, int n, const attn_kv *kvs, int max_keys,
+                         const attn_params *p, float *out) {
+    (void)max_keys;
+    const long qd = (long)p->n_heads * p->head_dim;
+    for (int i = 0; i < n; i++) {
+        if (!kvs[i].k || kvs[i].n <= 0) {
+            memset(out + i * qd, 0, (size_t)qd * sizeof(float));
+            continue;
+        }
+        cpu_attention(b, q + i * qd, qpos + i, 1, &kvs[i], p, out + i * qd);
+    }
 }

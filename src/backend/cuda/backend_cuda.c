@@ -438,9 +438,10 @@ static void destroy(backend *b) {
         cuda_steps_free(c);
         for (int i = 0; i < 2; i++)
             if (c->prof_ev[i]) cudaEventDestroy(c->prof_ev[i]);
-        grow_buf *g[] = {&c->mv, &c->xbf, &c->wbf, &c->att, &c->moe_idx, &c->moe_w, &c->smp};
+        grow_buf *g[] = {&c->mv, &c->xbf, &c->wbf, &c->att, &c->moe_idx, &c->moe_w, &c->smp, &c->y2};
         for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) cudaFree(g[i]->p);
         if (c->blas) cublasDestroy(c->blas);
+        cudaFree(c->blas_ws);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c->host_route);
         if (c->stage) cudaFreeHost(c->stage);
@@ -472,6 +473,8 @@ static const backend_ops cuda_ops = {
     .step_end = cuda_step_end,
     .sample = cuda_sample,
     .sampled = cuda_sampled,
+    .sample_rows = cuda_sample_rows,
+    .sampled_rows = cuda_sampled_rows,
 #define CUDA_OP_ENTRY(name, mode) .name = cuda_##name,
     BACKEND_OPS(CUDA_OP_ENTRY)
 #undef CUDA_OP_ENTRY
@@ -516,6 +519,13 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols, const cuda_host
         return NULL;
     }
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    /* a fixed work space: cuBLAS then allocates nothing while a step is captured */
+    if (cudaMalloc(&c->blas_ws, CUBLAS_WORKSPACE) != cudaSuccess ||
+        cublasSetWorkspace(c->blas, c->blas_ws, CUBLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
+        err_set("GPU %d: cannot set a cuBLAS work space", device_id);
+        destroy(b);
+        return NULL;
+    }
     if (cudaMallocHost((void **)&c->stage, 2 * STAGE_HALF) != cudaSuccess ||
         cudaEventCreateWithFlags(&c->left[0], cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&c->left[1], cudaEventDisableTiming) != cudaSuccess) {
@@ -526,7 +536,8 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols, const cuda_host
     c->profile = setting_flag(SET_CELER_PROFILE) && cudaEventCreate(&c->prof_ev[0]) == cudaSuccess &&
                  cudaEventCreate(&c->prof_ev[1]) == cudaSuccess;
     /* sampled tokens: written by the sampler kernel into mapped host memory */
-    int ok = cudaHostAlloc((void **)&c->sampled, SAMPLE_SLOTS * sizeof(int32_t), cudaHostAllocMapped) == cudaSuccess &&
+    int ok = cudaHostAlloc((void **)&c->sampled, SAMPLE_SLOTS * SAMPLE_MAX_ROWS * sizeof(int32_t), cudaHostAllocMapped) ==
+                 cudaSuccess &&
              cudaHostGetDevicePointer((void **)&c->sampled_dev, c->sampled, 0) == cudaSuccess;
     for (int i = 0; i < SAMPLE_SLOTS && ok; i++)
         ok = cudaEventCreateWithFlags(&c->sample_done[i], cudaEventDisableTiming) == cudaSuccess;

@@ -32,7 +32,8 @@ enum {
 #undef CUDA_OP_KIND
     SOP_copy,   /* device -> device (backend_ops.copy) */
     SOP_upload, /* a small upload during a step: its bytes are values */
-    SOP_sample, /* backend_ops.sample */
+    SOP_sample, /* backend_ops.sample and sample_rows */
+    SOP_put_batch, /* consecutive one-row put_rows of a batched step, as one launch */
     SOP_KINDS
 };
 
@@ -51,7 +52,10 @@ typedef struct {
 #undef CUDA_OP_MEMBER_IF
 #undef CUDA_OP_MEMBER
         struct { void *dst; const void *src; size_t n; } copy; /* copy, and upload (src in the value block) */
-        struct { const float *logits; int V; cuk_sample_params p; int32_t *tok, *host; } smp; /* u is a value */
+        /* rows > 0: per-row parameters and draws are values; else p and one draw */
+        struct { const float *logits; int V, rows, sampling; cuk_sample_params p; int32_t *tok, *host; } smp;
+        /* n rows of k, v [n, row] to the rows the values (cuk_put_row [n]) name */
+        struct { const float *k, *v; long row; int n; } pb;
     } u;
 } step_op;
 
@@ -63,8 +67,9 @@ typedef struct {
     long used; /* step counter at the last launch (least recently used is evicted) */
 } step_graph;
 
-#define STEP_GRAPHS 4
-#define STEP_VALUES ((size_t)64 << 10) /* bytes of one step's values */
+#define STEP_GRAPHS 16 /* a few key-count buckets for each batch-size bucket in use */
+#define STEP_VALUES ((size_t)2 << 20) /* bytes of one step's values (a batched step's descriptors: ~600 KiB at 256 rows) */
+#define STEP_MAX_T 256 /* the largest batch a step records (the largest batch-size bucket) */
 
 typedef struct {
     int id;
@@ -72,8 +77,9 @@ typedef struct {
     cublasHandle_t blas;
     int failed;
     char why[512];
-    grow_buf mv, xbf, wbf, att, moe_idx, moe_w, smp;
-    int32_t *sampled;     /* [SAMPLE_SLOTS] mapped pinned: tokens the sampler wrote */
+    grow_buf mv, xbf, wbf, att, moe_idx, moe_w, smp, y2;
+    void *blas_ws;        /* cuBLAS work space, fixed so GEMMs can be captured in graphs */
+    int32_t *sampled;     /* [SAMPLE_SLOTS][SAMPLE_MAX_ROWS] mapped pinned: tokens the sampler wrote */
     int32_t *sampled_dev; /* its device alias */
     cudaEvent_t sample_done[SAMPLE_SLOTS];
     void *host_route;     /* host staging of router logits and selections */
@@ -88,6 +94,7 @@ typedef struct {
     int graphs_off;       /* CELER_GRAPH=0, or a capture failed; -1 until read */
     step_op *tape, *last; /* this step's ops; the previous step's (captured when repeated) */
     int n_tape, cap_tape, n_last, cap_last;
+    int put_open;         /* the last op of the tape is a SOP_put_batch that may take more rows */
     char *values;         /* [STEP_VALUES] host: this step's values */
     size_t n_values;
     void *dvalues;        /* [STEP_VALUES] device: what the ops read */
@@ -104,6 +111,7 @@ typedef struct {
 } cuda_backend;
 
 #define STAGE_HALF ((size_t)4 << 20)
+#define CUBLAS_WORKSPACE ((size_t)32 << 20)
 
 static inline cuda_backend *cu(backend *b) { return b->impl; }
 
@@ -132,6 +140,9 @@ BACKEND_OPS(CUDA_OP_PROTO)
 void cuda_step_copy(backend *b, void *dst, const void *src, size_t n);
 int cuda_sample(backend *b, const float *logits, int V, const sample_params *p, double u, int32_t *tok, int slot);
 int32_t cuda_sampled(backend *b, int slot);
+int cuda_sample_rows(backend *b, const float *logits, int V, int n, const sample_params *p, const double *u, int32_t *tok,
+                     int slot);
+int cuda_sampled_rows(backend *b, int slot, int32_t *out, int n);
 int cuda_step_upload(backend *b, void *dst, const void *host, size_t n); /* 1: recorded */
 int cuda_step_begin(backend *b, int T);
 void cuda_step_end(backend *b);

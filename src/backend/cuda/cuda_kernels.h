@@ -44,6 +44,13 @@ size_t cuk_gemm_xbf_elems(int T, int64_t cols);
 size_t cuk_gemm_wbf_elems(int64_t wbf_rows, int64_t cols);
 int cuk_gemm(void *cublas, const weight *w, const float *x, float *y, int T, uint16_t *xbf, uint16_t *wbf,
              int64_t wbf_rows, cuk_stream s);
+/* The same; with y2 (cuk_gemm_y2_elems(T, rows of a chunk) floats, T <= CUK_GEMM_STACK_MAX_T)
+ * the two activation terms are one product of 2T columns, so the weights are read once
+ * (a batched decode step is bound by that read), and y is the sum of its halves. */
+#define CUK_GEMM_STACK_MAX_T 256
+int cuk_gemm2(void *cublas, const weight *w, const float *x, float *y, int T, uint16_t *xbf, uint16_t *wbf,
+              int64_t wbf_rows, float *y2, cuk_stream s);
+size_t cuk_gemm_y2_elems(int T, int64_t rows);
 /* dst [n] = bf16(src [n]) */
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);
 /* The launcher of every KERNEL op of backend/ops_list.h (contracts there):
@@ -63,6 +70,33 @@ int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv,
 size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys);
 /* The count that stands for n_keys's split count (>= n_keys below 16,384 keys). */
 int cuk_attention_bucket(int n_keys);
+/* A batched decode step (attention_batch.cu): one row per sequence, what differs per
+ * sequence in device memory. k, v: the cache's rows ([n, stride] elements of the
+ * cache's type, float today), pos: their positions [n]. k == NULL marks a padding row (its output is zero). */
+typedef struct {
+    const void *k, *v;
+    const int32_t *pos;
+    int32_t n, pad;
+    long stride;
+} cuk_attn_seq;
+/* Attention for n rows q [n, n_heads, head_dim] at positions qpos [n] over seqs [n]
+ * (both device memory) ->
+ * out; max_keys bounds every row's key count and fixes the split count (any count
+ * with the same cuk_attention_batch_bucket launches the same kernels); work holds
+ * cuk_attention_batch_work(...) floats. */
+int cuk_attention_batch(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int max_keys,
+                        const attn_params *p, float *out, float *work, cuk_stream s);
+size_t cuk_attention_batch_work(int n, int n_heads, int head_dim, int max_keys);
+int cuk_attention_batch_bucket(int max_keys);
+/* One row of a batched KV write: the slot's key and value rows and position entry
+ * (device memory), and the position to store; k == NULL: a padding row. */
+typedef struct {
+    void *k, *v;
+    int32_t *pos;
+    int32_t p, pad;
+} cuk_put_row;
+/* rows[r] <- row r of k, v [n, row] (rows: device memory) */
+int cuk_put_batch(const cuk_put_row *rows, int n, long row, const float *k, const float *v, cuk_stream s);
 /* Cache slots [slot, slot + n) of kd, vd [slots, row] <- k, v [n, row], and of
  * pd [slots] <- pos [n]; with slot_dev the slot is read from device memory instead. */
 int cuk_put_rows(float *kd, float *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev, const float *k,
@@ -98,6 +132,12 @@ int cuk_sample_supported(const cuk_sample_params *p);
 size_t cuk_sample_work(int V);
 int cuk_sample(const float *logits, int V, const cuk_sample_params *p, const double *u, int32_t *out,
                int32_t *host_out, void *work, cuk_stream s);
+/* n rows at once: row r of logits [n, V] with p[r] and u[r] (device memory; u may be
+ * NULL when no row samples, sampling 0) -> out[r] and host_out[r]; work holds
+ * n * cuk_sample_work(V) bytes. Each row is what cuk_sample computes for it alone;
+ * the caller checks every row with cuk_sample_supported. */
+int cuk_sample_rows(const float *logits, int V, int n, int sampling, const cuk_sample_params *p, const double *u,
+                    int32_t *out, int32_t *host_out, void *work, cuk_stream s);
 
 #ifdef __cplusplus
 }

@@ -49,8 +49,36 @@ static int product(cublasHandle_t h, const uint16_t *W, long N, long K, const ui
     return lo ? gemm_bf16(h, W, N, K, lo, T, Y, ldy, 1.f) : 0;
 }
 
+/* y [T, ldy] (columns [0, N)) = y2 [T, N] + y2 [T + t, N]: the two terms of a stacked product */
+__global__ void kernel_add_halves(const float *__restrict__ y2, int T, long N, float *__restrict__ y, long ldy) {
+    cuk_pdl_start();
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)T * N) return;
+    const long t = i / N, c = i % N;
+    y[t * ldy + c] = y2[i] + y2[(long)T * N + i];
+}
+
+extern "C" size_t cuk_gemm_y2_elems(int T, int64_t rows) {
+    return T <= CUK_GEMM_STACK_MAX_T ? 2 * (size_t)T * (size_t)rows : 0;
+}
+
+/* The stacked form: Y2 [2T, N] = W [hi; lo] in one product (the weights read once,
+ * as a batched decode step needs), then y = the two halves' sum. */
+static int product_stacked(cublasHandle_t h, const uint16_t *W, long N, long K, const uint16_t *hilo, int T, float *y2,
+                           float *Y, long ldy, cudaStream_t s) {
+    if (gemm_bf16(h, W, N, K, hilo, 2 * T, y2, N, 0.f) != 0) return -1;
+    const long total = (long)T * N;
+    cuk_launch(kernel_add_halves, (unsigned)((total + 255) / 256), 256, 0, s, (const float *)y2, T, N, Y, ldy);
+    return cuk_check("gemm (stacked terms)");
+}
+
 extern "C" int cuk_gemm(void *cublas, const weight *w, const float *x, float *y, int T, uint16_t *xbf, uint16_t *wbf,
                         int64_t wbf_rows, cuk_stream s) {
+    return cuk_gemm2(cublas, w, x, y, T, xbf, wbf, wbf_rows, NULL, s);
+}
+
+extern "C" int cuk_gemm2(void *cublas, const weight *w, const float *x, float *y, int T, uint16_t *xbf, uint16_t *wbf,
+                         int64_t wbf_rows, float *y2, cuk_stream s) {
     cublasHandle_t h = (cublasHandle_t)cublas;
     const long n = (long)T * w->cols;
     uint16_t *lo = NULL;
@@ -61,12 +89,21 @@ extern "C" int cuk_gemm(void *cublas, const weight *w, const float *x, float *y,
         kernel_split_bf16<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)s>>>(x, xbf, lo, n);
         if (cuk_check("split_bf16") != 0) return -1;
     }
-    if (w->fmt == WF_BF16) return product(h, (const uint16_t *)w->data, w->rows, w->cols, xbf, lo, T, y, w->rows);
+    const bool stacked = lo && y2 && T <= CUK_GEMM_STACK_MAX_T;
+    const cudaStream_t cs = (cudaStream_t)s;
+    if (w->fmt == WF_BF16) {
+        if (stacked) return product_stacked(h, (const uint16_t *)w->data, w->rows, w->cols, xbf, T, y2, y, w->rows, cs);
+        return product(h, (const uint16_t *)w->data, w->rows, w->cols, xbf, lo, T, y, w->rows);
+    }
     for (int64_t r0 = 0; r0 < w->rows; r0 += wbf_rows) {
         int64_t nr = w->rows - r0 < wbf_rows ? w->rows - r0 : wbf_rows;
         uint16_t *wlo = lo ? wbf + (size_t)nr * w->cols : NULL;
         if (cuk_weight_to_bf16x2(w, r0, nr, wbf, wlo, s) != 0) return -1;
-        if (product(h, wbf, nr, w->cols, xbf, lo, T, y + r0, w->rows) != 0) return -1;
+        if (stacked) {
+            if (product_stacked(h, wbf, nr, w->cols, xbf, T, y2, y + r0, w->rows, cs) != 0) return -1;
+        } else if (product(h, wbf, nr, w->cols, xbf, lo, T, y + r0, w->rows) != 0) {
+            return -1;
+        }
         if (wlo && gemm_bf16(h, wlo, nr, w->cols, xbf, T, y + r0, w->rows, 1.f) != 0) return -1;
     }
     return 0;

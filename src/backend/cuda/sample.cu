@@ -35,6 +35,7 @@
  * elsewhere NaN never wins); with temperature > 0 a NaN ranks below -inf here, while
  * the CPU's heap order with NaN is not a total order: not reproduced. */
 #include <math.h>
+#include <string.h>
 
 #include "backend/cuda/common.cuh"
 
@@ -370,14 +371,30 @@ __device__ __forceinline__ void smp_write(int32_t *out, int32_t *host_out, int t
     }
 }
 
+/* Row r of a batch (cuk_sample_rows): the pointers of row 0 moved to row r (work
+ * pieces by ws bytes per row, logits by V, outputs by one). */
+template <typename T> __device__ __forceinline__ T *smp_row(T *p, int r, size_t ws) {
+    return p ? (T *)((char *)p + (size_t)r * ws) : p;
+}
+
 /* ---------------------------------------------------------------- one block */
 
 /* The whole sampler in one block of 1024 threads (small vocabularies; also any V
  * with CUK_SAMPLE_ONEBLOCK=1). la, lb: [V] each when V > 1024 and temperature > 0. */
 __global__ void __launch_bounds__(SMP_THREADS, 1)
     kernel_sample1(const float *__restrict__ x, int V, cuk_sample_params p, const double *__restrict__ u,
-                   int32_t *out, int32_t *host_out, uint2 *la, uint2 *lb) {
+                   int32_t *out, int32_t *host_out, uint2 *la, uint2 *lb, const cuk_sample_params *pr, size_t ws) {
     cuk_pdl_start();
+    if (pr) { /* one block per row */
+        const int r = (int)blockIdx.x;
+        p = pr[r];
+        x += (size_t)r * V;
+        u = u ? u + r : u;
+        out += r;
+        host_out = host_out ? host_out + r : host_out;
+        la = smp_row(la, r, ws);
+        lb = smp_row(lb, r, ws);
+    }
     __shared__ smp_shared sh;
     const int tid = (int)threadIdx.x;
     const bool greedy = p.temperature <= 0.0f;
@@ -421,8 +438,17 @@ __global__ void __launch_bounds__(SMP_THREADS, 1)
 
 __global__ void __launch_bounds__(SMP_PT)
     kernel_sample_part(const float *__restrict__ x, int V, int radix, uint32_t *pkey, int *pid, uint32_t *phist,
-                       smp_state *st) {
+                       smp_state *st, const cuk_sample_params *pr, size_t ws) {
     cuk_pdl_start();
+    if (pr) { /* grid.y: the rows */
+        const int r = (int)blockIdx.y;
+        radix = pr[r].temperature > 0.0f;
+        x += (size_t)r * V;
+        pkey = smp_row(pkey, r, ws);
+        pid = smp_row(pid, r, ws);
+        phist = smp_row(phist, r, ws);
+        st = smp_row(st, r, ws);
+    }
     __shared__ uint32_t hist[256];
     __shared__ uint32_t wk[32];
     __shared__ int wi[32];
@@ -445,8 +471,21 @@ __global__ void __launch_bounds__(SMP_PT)
 __global__ void __launch_bounds__(SMP_PT)
     kernel_sample_filter(const float *__restrict__ x, int V, cuk_sample_params p, int G, const uint32_t *pkey,
                          const int *pid, const uint32_t *phist, smp_state *st, uint2 *clist, uint2 *llist, int32_t *out,
-                         int32_t *host_out) {
+                         int32_t *host_out, const cuk_sample_params *pr, size_t ws) {
     cuk_pdl_start();
+    if (pr) {
+        const int r = (int)blockIdx.y;
+        p = pr[r];
+        x += (size_t)r * V;
+        pkey = smp_row(pkey, r, ws);
+        pid = smp_row(pid, r, ws);
+        phist = smp_row(phist, r, ws);
+        st = smp_row(st, r, ws);
+        clist = smp_row(clist, r, ws);
+        llist = smp_row(llist, r, ws);
+        out += r;
+        host_out = host_out ? host_out + r : host_out;
+    }
     __shared__ uint32_t hist[256];
     __shared__ uint32_t wk[32];
     __shared__ int wi[32];
@@ -510,8 +549,20 @@ __global__ void __launch_bounds__(SMP_PT)
 __global__ void __launch_bounds__(SMP_THREADS, 1)
     kernel_sample_final(const float *__restrict__ x, int V, cuk_sample_params p, const double *__restrict__ u,
                         const smp_state *st, const uint2 *clist, uint2 *la, uint2 *lb, int32_t *out,
-                        int32_t *host_out) {
+                        int32_t *host_out, const cuk_sample_params *pr, size_t ws) {
     cuk_pdl_start();
+    if (pr) {
+        const int r = (int)blockIdx.x;
+        p = pr[r];
+        x += (size_t)r * V;
+        u = u ? u + r : u;
+        st = smp_row(st, r, ws);
+        clist = smp_row(clist, r, ws);
+        la = smp_row(la, r, ws);
+        lb = smp_row(lb, r, ws);
+        out += r;
+        host_out = host_out ? host_out + r : host_out;
+    }
     __shared__ smp_shared sh;
     const int tid = (int)threadIdx.x;
     if (st->done) return;
@@ -596,7 +647,8 @@ extern "C" int cuk_sample(const float *logits, int V, const cuk_sample_params *p
     uint2 *la = w ? (uint2 *)(w + L.la) : NULL, *lb = w ? (uint2 *)(w + L.lb) : NULL;
     const cudaStream_t st = (cudaStream_t)s;
     if (one) {
-        cuk_launch(kernel_sample1, 1, SMP_THREADS, 0, st, logits, V, *p, u, out, host_out, la, lb);
+        cuk_launch(kernel_sample1, 1, SMP_THREADS, 0, st, logits, V, *p, u, out, host_out, la, lb,
+                   (const cuk_sample_params *)NULL, (size_t)0);
         return cuk_check("sample");
     }
     const int G = (V + SMP_CH - 1) / SMP_CH;
@@ -604,11 +656,50 @@ extern "C" int cuk_sample(const float *logits, int V, const cuk_sample_params *p
     int *pid = (int *)(w + L.pid);
     smp_state *state = (smp_state *)(w + L.st);
     uint2 *clist = (uint2 *)(w + L.clist);
-    cuk_launch(kernel_sample_part, G, SMP_PT, 0, st, logits, V, sampling, pkey, pid, phist, state);
+    cuk_launch(kernel_sample_part, G, SMP_PT, 0, st, logits, V, (int)sampling, pkey, pid, phist, state,
+               (const cuk_sample_params *)NULL, (size_t)0);
     if (cuk_check("sample (chunks)")) return -1;
-    cuk_launch(kernel_sample_filter, G, SMP_PT, 0, st, logits, V, *p, G, pkey, pid, phist, state, clist, la, out, host_out);
+    cuk_launch(kernel_sample_filter, G, SMP_PT, 0, st, logits, V, *p, G, (const uint32_t *)pkey, (const int *)pid,
+               (const uint32_t *)phist, state, clist, la, out, host_out, (const cuk_sample_params *)NULL, (size_t)0);
     if (cuk_check("sample (filter)")) return -1;
     if (!sampling) return 0;
-    cuk_launch(kernel_sample_final, 1, SMP_THREADS, 0, st, logits, V, *p, u, state, clist, la, lb, out, host_out);
+    cuk_launch(kernel_sample_final, 1, SMP_THREADS, 0, st, logits, V, *p, u, (const smp_state *)state,
+               (const uint2 *)clist, la, lb, out, host_out, (const cuk_sample_params *)NULL, (size_t)0);
     return cuk_check("sample (final)");
+}
+
+extern "C" int cuk_sample_rows(const float *logits, int V, int n, int sampling, const cuk_sample_params *p,
+                               const double *u, int32_t *out, int32_t *host_out, void *work, cuk_stream s) {
+    if (!logits || V <= 0 || n <= 0 || !p || !out) return err_set("cuda sample (rows): bad arguments (V %d, %d rows)", V, n);
+    if (sampling && !u) return err_set("cuda sample (rows): sampling needs draws");
+    static int oneblock = -1;
+    const bool one = V <= SMP_ONEBLOCK_MAX_V || cuk_env_flag(SET_CUK_SAMPLE_ONEBLOCK, &oneblock);
+    if ((V > SMP_ONEBLOCK_MAX_V || (sampling && V > SMP_THREADS)) && (!work || ((uintptr_t)work & 7u)))
+        return err_set("cuda sample (rows): work buffer missing or misaligned");
+    const smp_layout L = smp_layout_for(V);
+    const size_t ws = L.total; /* each row's own work space */
+    char *w = (char *)work;
+    uint2 *la = w ? (uint2 *)(w + L.la) : NULL, *lb = w ? (uint2 *)(w + L.lb) : NULL;
+    const cudaStream_t st = (cudaStream_t)s;
+    cuk_sample_params none; /* the kernels read each row's own from p */
+    memset(&none, 0, sizeof none);
+    if (one) {
+        cuk_launch(kernel_sample1, (unsigned)n, SMP_THREADS, 0, st, logits, V, none, u, out, host_out, la, lb, p, ws);
+        return cuk_check("sample (rows)");
+    }
+    const int G = (V + SMP_CH - 1) / SMP_CH;
+    uint32_t *pkey = (uint32_t *)(w + L.pkey), *phist = (uint32_t *)(w + L.phist);
+    int *pid = (int *)(w + L.pid);
+    smp_state *state = (smp_state *)(w + L.st);
+    uint2 *clist = (uint2 *)(w + L.clist);
+    cuk_launch(kernel_sample_part, dim3((unsigned)G, (unsigned)n), SMP_PT, 0, st, logits, V, 0, pkey, pid, phist, state, p,
+               ws);
+    if (cuk_check("sample (rows, chunks)")) return -1;
+    cuk_launch(kernel_sample_filter, dim3((unsigned)G, (unsigned)n), SMP_PT, 0, st, logits, V, none, G,
+               (const uint32_t *)pkey, (const int *)pid, (const uint32_t *)phist, state, clist, la, out, host_out, p, ws);
+    if (cuk_check("sample (rows, filter)")) return -1;
+    if (!sampling) return 0;
+    cuk_launch(kernel_sample_final, (unsigned)n, SMP_THREADS, 0, st, logits, V, none, u, (const smp_state *)state,
+               (const uint2 *)clist, la, lb, out, host_out, p, ws);
+    return cuk_check("sample (rows, final)");
 }

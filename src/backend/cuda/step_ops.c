@@ -34,7 +34,18 @@ _Static_assert(sizeof(attn_params) == 6 * sizeof(int) + sizeof(const float *), "
 
 /* ---- running one op ------------------------------------------------------------- */
 
-static int gemm_ok(const weight *w, int T) { return T <= CUK_MV_MAX_T && cuk_matvec_supports(w); }
+/* 1 when a product of T rows runs on the matrix-vector kernels (else cuBLAS): up to
+ * CUK_MV_BATCH_MAX rows (at most CUK_MV_MAX_T). Its default, 4, is measured: a decode
+ * step of 8 llama3-8b rows ran at 704 tok/s on the matvec kernels and 1,202 through
+ * cuBLAS (docs/benchmarks/cuda-batched.md); qwen3-0.6b the same either way. */
+static int gemm_ok(const weight *w, int T) {
+    static int max = -1;
+    if (max < 0) {
+        const long v = setting_int(SET_CUK_MV_BATCH_MAX);
+        max = v >= 1 && v <= CUK_MV_MAX_T ? (int)v : CUK_MV_MAX_T;
+    }
+    return (T <= max || T == 1) && cuk_matvec_supports(w);
+}
 
 /* Work space op e needs, grown before it is recorded or run (never while a graph is
  * being captured); 0 when it could not be had. */
@@ -45,10 +56,19 @@ static int reserve_work(cuda_backend *c, const step_op *e) {
         const int T = e->u.matmul.T;
         if (gemm_ok(w, T)) return cuda_grow(c, &c->mv, cuk_matvec_work(T, w->cols), "matvec work") != NULL;
         const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
+        const size_t y2 = cuk_gemm_y2_elems(T, wrows ? wrows : w->rows) * sizeof(float);
         return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") &&
-               (!wrows || cuda_grow(c, &c->wbf, cuk_gemm_wbf_elems(wrows, w->cols) * 2, "gemm staging"));
+               (!wrows || cuda_grow(c, &c->wbf, cuk_gemm_wbf_elems(wrows, w->cols) * 2, "gemm staging")) &&
+               (!y2 || cuda_grow(c, &c->y2, y2, "gemm staging"));
     }
-    case SOP_sample: return cuda_grow(c, &c->smp, cuk_sample_work(e->u.smp.V), "sampler work") != NULL;
+    case SOP_sample:
+        return cuda_grow(c, &c->smp, cuk_sample_work(e->u.smp.V) * (size_t)(e->u.smp.rows > 0 ? e->u.smp.rows : 1),
+                         "sampler work") != NULL;
+    case SOP_attention_batch: {
+        const op_attention_batch_args *a = &e->u.attention_batch;
+        const size_t n = cuk_attention_batch_work(a->n, a->p.n_heads, a->p.head_dim, a->max_keys) * sizeof(float);
+        return !n || cuda_grow(c, &c->att, n, "attention work") != NULL;
+    }
     case SOP_attention:
         return cuda_grow(c, &c->att,
                          cuk_attention_work(e->u.attention.T, e->u.attention.p.n_heads, e->u.attention.p.head_dim,
@@ -93,6 +113,7 @@ void cuda_profile_print(const cuda_backend *c) {
         [SOP_copy] = "copy",
         [SOP_upload] = "upload",
         [SOP_sample] = "sample",
+        [SOP_put_batch] = "put_rows (batch)",
         [SOP_KINDS] = "matmul (matvec, decode)",
     };
     const double nf = c->n_forwards > 0 ? (double)c->n_forwards : 1;
@@ -130,7 +151,8 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
             RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
         } else {
             const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
-            RUN(cuk_gemm(c->blas, w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows, st));
+            RUN(cuk_gemm2(c->blas, w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows,
+                          cuk_gemm_y2_elems(T, wrows ? wrows : w->rows) ? c->y2.p : NULL, st));
         }
         break;
     }
@@ -140,6 +162,15 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
                           st));
         break;
     }
+    case SOP_attention_batch: {
+        /* values: the rows' descriptors (cuk_attn_seq [n]) */
+        const op_attention_batch_args *a = &e->u.attention_batch;
+        RUN(cuk_attention_batch(a->q, a->qpos, a->n, (const cuk_attn_seq *)vals, a->max_keys, &a->p, a->out, c->att.p, st));
+        break;
+    }
+    case SOP_put_batch:
+        RUN(cuk_put_batch((const cuk_put_row *)vals, e->u.pb.n, e->u.pb.row, e->u.pb.k, e->u.pb.v, st));
+        break;
     case SOP_put_rows: {
         /* values: the slot (recorded steps only), then the n positions */
         const op_put_rows_args *a = &e->u.put_rows;
@@ -156,8 +187,16 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
                 "copy");
         break;
     case SOP_sample:
-        RUN(cuk_sample(e->u.smp.logits, e->u.smp.V, &e->u.smp.p, (const double *)vals, e->u.smp.tok, e->u.smp.host,
-                       c->smp.p, st));
+        if (e->u.smp.rows > 0) {
+            /* values: the draws (double [rows]), then the parameters (cuk_sample_params [rows]) */
+            const double *u = (const double *)vals;
+            RUN(cuk_sample_rows(e->u.smp.logits, e->u.smp.V, e->u.smp.rows, e->u.smp.sampling,
+                                (const cuk_sample_params *)(u + e->u.smp.rows), u, e->u.smp.tok, e->u.smp.host, c->smp.p,
+                                st));
+        } else {
+            RUN(cuk_sample(e->u.smp.logits, e->u.smp.V, &e->u.smp.p, (const double *)vals, e->u.smp.tok, e->u.smp.host,
+                           c->smp.p, st));
+        }
         break;
     }
 }
@@ -178,6 +217,29 @@ static const char *values_of(const cuda_backend *c, const step_op *e) {
     return (const char *)c->dvalues + (e->dyn >= 0 ? e->dyn : 0);
 }
 
+/* The batch-size bucket of n rows: powers of two up to STEP_MAX_T, then multiples
+ * of it; a step's op list depends only on the bucket of its row count. */
+static int row_bucket(int n) {
+    if (n > STEP_MAX_T) return (n + STEP_MAX_T - 1) / STEP_MAX_T * STEP_MAX_T;
+    int b = 1;
+    while (b < n) b *= 2;
+    return b;
+}
+
+/* Ends the open SOP_put_batch: padding rows up to its bucket, so every step of the
+ * bucket records the same op. */
+static void close_put(cuda_backend *c) {
+    if (!c->put_open) return;
+    c->put_open = 0;
+    step_op *e = &c->tape[c->n_tape - 1];
+    const int want = row_bucket(e->u.pb.n);
+    int off;
+    char *pad = want > e->u.pb.n ? value_space(c, (size_t)(want - e->u.pb.n) * sizeof(cuk_put_row), &off) : NULL;
+    if (!pad) return; /* no room: the exact count (the list then differs from a padded one) */
+    memset(pad, 0, (size_t)(want - e->u.pb.n) * sizeof(cuk_put_row));
+    e->u.pb.n = want;
+}
+
 /* Uploads the values and runs ops [0, n) one by one. */
 static void run_list(cuda_backend *c, const step_op *ops, int n) {
     if (c->n_values) cuda_stage_upload(c, c->dvalues, c->values, c->n_values);
@@ -188,6 +250,7 @@ static void run_list(cuda_backend *c, const step_op *ops, int n) {
 
 void cuda_step_stop(cuda_backend *c) {
     if (!c->recording) return;
+    close_put(c);
     c->recording = 0;
     run_list(c, c->tape, c->n_tape);
     c->n_tape = 0;
@@ -199,6 +262,7 @@ static void submit(cuda_backend *c, step_op *e, const void *vals, size_t nv) {
     if (c->failed) return;
     if (!reserve_work(c, e)) return;
     if (c->recording) {
+        close_put(c);
         int off = -1;
         char *dst = nv ? value_space(c, nv, &off) : NULL;
         if (nv && !dst) {
@@ -249,8 +313,9 @@ int cuda_step_begin(backend *b, int T) {
     cuda_backend *c = cu(b);
     if (c->graphs_off < 0) /* first call: CELER_GRAPH=0 turns graphs off for A/B runs */
         c->graphs_off = !setting_flag(SET_CELER_GRAPH);
-    if (c->graphs_off || c->profile || c->failed || T > CUK_MV_MAX_T || !c->dvalues) return 0;
+    if (c->graphs_off || c->profile || c->failed || T > STEP_MAX_T || !c->dvalues) return 0;
     c->recording = 1;
+    c->put_open = 0;
     c->n_tape = 0;
     c->n_values = 0;
     return 1;
@@ -303,6 +368,7 @@ static step_graph *capture(cuda_backend *c) {
 void cuda_step_end(backend *b) {
     cuda_backend *c = cu(b);
     if (!c->recording) return;
+    close_put(c);
     c->recording = 0;
     if (c->failed || !c->n_tape) {
         c->n_tape = c->n_values = 0;
@@ -364,8 +430,45 @@ void cuda_steps_free(cuda_backend *c) {
 static int custom_record(cuda_backend *c, step_op *e) {
     switch (e->op) {
     case SOP_matmul:
-        if (c->recording && !gemm_ok(&e->u.matmul.w, e->u.matmul.T)) cuda_step_stop(c); /* cuBLAS stays out of graphs */
+        /* cuBLAS products are captured too (its work space is fixed: backend_cuda.c) */
+        if (c->recording && !gemm_ok(&e->u.matmul.w, e->u.matmul.T) && e->u.matmul.T > STEP_MAX_T) cuda_step_stop(c);
         return 0;
+    case SOP_attention_batch: {
+        /* the rows' views go to the values (their pointers and counts change from step
+         * to step); the record keeps the row count and the split bucket of the longest */
+        op_attention_batch_args *a = &e->u.attention_batch;
+        const attn_kv *kvs = a->kvs;
+        a->kvs = NULL;
+        int max = 0;
+        for (int i = 0; i < a->n; i++)
+            if (kvs[i].k && kvs[i].n > max) max = kvs[i].n;
+        if (a->max_keys > max) max = a->max_keys;
+        a->max_keys = cuk_attention_batch_bucket(max);
+        const size_t nv = (size_t)a->n * sizeof(cuk_attn_seq);
+        if (nv > STEP_VALUES / 4) {
+            err_set("cuda attention (batch): %d rows exceed the step's value block", a->n);
+            cuda_fail(c);
+            return 1;
+        }
+        cuk_attn_seq *d = malloc(nv ? nv : 1);
+        if (!d) {
+            err_set("cuda attention (batch): out of memory");
+            cuda_fail(c);
+            return 1;
+        }
+        memset(d, 0, nv);
+        for (int i = 0; i < a->n; i++) {
+            if (!kvs[i].k || kvs[i].n <= 0) continue;
+            d[i].k = kvs[i].k;
+            d[i].v = kvs[i].v;
+            d[i].pos = kvs[i].pos;
+            d[i].n = kvs[i].n;
+            d[i].stride = kvs[i].row_stride;
+        }
+        submit(c, e, d, nv);
+        free(d);
+        return 1;
+    }
     case SOP_attention: {
         /* field by field: a caller's attn_kv may carry uninitialized padding */
         op_attention_args *a = &e->u.attention;
@@ -392,6 +495,30 @@ static int custom_record(cuda_backend *c, step_op *e) {
         if (!c->recording || n > CUK_MV_MAX_T) {
             if (c->recording) cuda_step_stop(c);
             submit(c, e, pos, (size_t)n * sizeof(int32_t));
+            return 1;
+        }
+        if (n == 1) {
+            /* one row (a decode step's): joins the open batch when its source row follows
+             * the batch's last, else opens one; the row's destination is a value */
+            cuk_put_row r = {a->kd + (long)a->slot * a->row, a->vd + (long)a->slot * a->row, a->pd + a->slot, pos[0], 0};
+            step_op *last = c->put_open ? &c->tape[c->n_tape - 1] : NULL;
+            if (last && last->u.pb.row == a->row && last->u.pb.k + (long)last->u.pb.n * a->row == a->k &&
+                last->u.pb.v + (long)last->u.pb.n * a->row == a->v) {
+                int off;
+                char *dst = value_space(c, sizeof r, &off);
+                if (dst) {
+                    memcpy(dst, &r, sizeof r);
+                    last->u.pb.n++;
+                    return 1;
+                }
+            }
+            step_op pb = op_new(SOP_put_batch);
+            pb.u.pb.k = a->k;
+            pb.u.pb.v = a->v;
+            pb.u.pb.row = a->row;
+            pb.u.pb.n = 1;
+            submit(c, &pb, &r, sizeof r);
+            c->put_open = c->recording && c->n_tape > 0 && c->tape[c->n_tape - 1].op == SOP_put_batch;
             return 1;
         }
         /* recorded: the slot and the positions are values */
@@ -454,7 +581,7 @@ int cuda_sample(backend *b, const float *logits, int V, const sample_params *p, 
     e.u.smp.logits = logits;
     e.u.smp.V = V;
     e.u.smp.tok = tok;
-    e.u.smp.host = c->sampled_dev + slot;
+    e.u.smp.host = c->sampled_dev + (long)slot * SAMPLE_MAX_ROWS;
     submit(c, &e, &u, sizeof u);
     cuda_ok(c, cudaEventRecord(c->sample_done[slot], c->stream), "sample");
     return 0;
@@ -469,5 +596,56 @@ int32_t cuda_sampled(backend *b, int slot) {
         c->failed = 0; /* reported here, once */
         return err_set("%s", c->why);
     }
-    return ((volatile int32_t *)c->sampled)[slot];
+    return ((volatile int32_t *)c->sampled)[(long)slot * SAMPLE_MAX_ROWS];
+}
+
+int cuda_sample_rows(backend *b, const float *logits, int V, int n, const sample_params *p, const double *u, int32_t *tok,
+                     int slot) {
+    cuda_backend *c = cu(b);
+    if (n <= 0 || n > SAMPLE_MAX_ROWS || slot < 0 || slot >= SAMPLE_SLOTS || !c->sampled) return -1;
+    /* values: the draws, then the parameters */
+    const size_t nv = (size_t)n * (sizeof(double) + sizeof(cuk_sample_params));
+    char *vals = malloc(nv);
+    if (!vals) return -1;
+    double *du = (double *)vals;
+    cuk_sample_params *dp = (cuk_sample_params *)(du + n);
+    int sampling = 0;
+    for (int i = 0; i < n; i++) {
+        memset(&dp[i], 0, sizeof dp[i]);
+        dp[i].temperature = p[i].temperature;
+        dp[i].top_k = p[i].top_k;
+        dp[i].top_p = p[i].top_p;
+        dp[i].min_p = p[i].min_p;
+        du[i] = u[i];
+        if (!cuk_sample_supported(&dp[i])) {
+            free(vals);
+            return -1;
+        }
+        sampling |= dp[i].temperature > 0.0f;
+    }
+    step_op e = op_new(SOP_sample);
+    e.u.smp.logits = logits;
+    e.u.smp.V = V;
+    e.u.smp.rows = n;
+    e.u.smp.sampling = sampling;
+    e.u.smp.tok = tok;
+    e.u.smp.host = c->sampled_dev + (long)slot * SAMPLE_MAX_ROWS;
+    submit(c, &e, vals, nv);
+    free(vals);
+    cuda_ok(c, cudaEventRecord(c->sample_done[slot], c->stream), "sample");
+    return 0;
+}
+
+int cuda_sampled_rows(backend *b, int slot, int32_t *out, int n) {
+    cuda_backend *c = cu(b);
+    cuda_wait_begin(c);
+    if (!c->failed) cuda_ok(c, cudaEventSynchronize(c->sample_done[slot]), "sample");
+    cuda_wait_end(c);
+    if (c->failed) {
+        c->failed = 0; /* reported here, once */
+        return err_set("%s", c->why);
+    }
+    const volatile int32_t *h = (const volatile int32_t *)c->sampled + (long)slot * SAMPLE_MAX_ROWS;
+    for (int i = 0; i < n; i++) out[i] = h[i];
+    return 0;
 }

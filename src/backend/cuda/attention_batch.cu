@@ -1,0 +1,260 @@
+/* backend/cuda/attention_batch.cu: a batched decode step's attention and KV writes,
+ * one launch each per layer for every sequence of the step (issue 16).
+ *
+ * Every row of the step is one sequence's one new query. What differs per sequence
+ * (its cache's rows, positions and row count, its query position) is a descriptor in
+ * device memory (cuk_attn_seq), read when the kernel runs: the launch itself depends
+ * only on the row count (padded to a bucket by the forward) and a bound on the key
+ * count, so a captured graph serves every step of a bucket. Paged KV will replace
+ * the base pointers with a block table in the same descriptor.
+ *
+ * The attention kernel: one block per (row, KV head, group tile, key split). Its
+ * warps walk the split's keys; each key row is read once for the GT query heads that
+ * share it (GQA), with an online softmax (max, sum, weighted values) per head and
+ * warp. Masks are by stored position (causal and sliding window), so a rotating
+ * cache's ring order works. One split writes the result (sinks included); several
+ * write partials that a second kernel merges, each row over its own split count.
+ * Sums run in the same order as attention.cu's split kernel for the same split.
+ *
+ * The KV element type is a template parameter (float now; a bf16 cache later only
+ * instantiates kv_load for it). */
+#include <climits>
+
+#include "backend/cuda/common.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_kernels.h"
+}
+
+#define AB_WARPS 4
+#define AB_KEYS_PER_SPLIT 256
+#define AB_MAX_SPLITS 64
+
+__device__ __forceinline__ float kv_load(const float *p, long i) { return p[i]; }
+
+static __host__ __device__ int ab_splits(int n_keys) {
+    int s = (n_keys + AB_KEYS_PER_SPLIT - 1) / AB_KEYS_PER_SPLIT;
+    return s < 1 ? 1 : s > AB_MAX_SPLITS ? AB_MAX_SPLITS : s;
+}
+
+extern "C" int cuk_attention_batch_bucket(int max_keys) { return ab_splits(max_keys) * AB_KEYS_PER_SPLIT; }
+
+extern "C" size_t cuk_attention_batch_work(int n, int n_heads, int head_dim, int max_keys) {
+    const int s = ab_splits(max_keys);
+    return s == 1 ? 0 : (size_t)n * n_heads * s * (head_dim + 2);
+}
+
+/* grid (n * n_kv * (G / GT), splits); block AB_WARPS warps.
+ * part [n * n_heads, splits, HD + 2] (acc, m, l) when splits > 1, else out directly. */
+template <typename KT, int HD, int GT>
+__global__ void __launch_bounds__(AB_WARPS * 32)
+    kernel_attn_batch(const float *__restrict__ q, const int32_t *__restrict__ qpos, const cuk_attn_seq *__restrict__ seqs, int n_heads, int n_kv,
+                      float scale, int window, float softcap, const float *__restrict__ sinks, float *__restrict__ part,
+                      float *__restrict__ out) {
+    cuk_pdl_start();
+    constexpr int PL = HD / 32;
+    const int G = n_heads / n_kv, tiles = G / GT;
+    const int bx = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
+    const int row = bx / (n_kv * tiles), rem = bx % (n_kv * tiles), g = rem / tiles, h0 = g * G + (rem % tiles) * GT;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const cuk_attn_seq sq = seqs[row];
+    const int n = sq.k ? sq.n : 0;
+    const int my_splits = min(ab_splits(n), splits);
+    if (splits > 1 && split >= my_splits) return; /* the merge reads only this row's splits */
+    const int32_t qp = qpos[row];
+    float qv[GT][PL], acc[GT][PL], m[GT], l[GT];
+#pragma unroll
+    for (int t = 0; t < GT; t++) {
+#pragma unroll
+        for (int i = 0; i < PL; i++) {
+            qv[t][i] = q[((long)row * n_heads + h0 + t) * HD + lane + 32 * i] * scale;
+            acc[t][i] = 0.f;
+        }
+        m[t] = -INFINITY;
+        l[t] = 0.f;
+    }
+    const int per = (n + my_splits - 1) / my_splits;
+    const int j0 = (splits > 1 ? split : 0) * per, j1 = splits > 1 ? min(n, j0 + per) : n;
+    const KT *K = (const KT *)sq.k, *V = (const KT *)sq.v;
+    for (int j = j0 + warp; j < j1; j += AB_WARPS) {
+        const int32_t kp = sq.pos[j];
+        if (kp > qp || (window > 0 && qp - kp >= window)) continue;
+        const long base = (long)j * sq.stride + (long)g * HD;
+        float kr[PL], vr[PL];
+#pragma unroll
+        for (int i = 0; i < PL; i++) kr[i] = kv_load(K, base + lane + 32 * i);
+#pragma unroll
+        for (int i = 0; i < PL; i++) vr[i] = kv_load(V, base + lane + 32 * i);
+#pragma unroll
+        for (int t = 0; t < GT; t++) {
+            float d = 0.f;
+#pragma unroll
+            for (int i = 0; i < PL; i++) d += qv[t][i] * kr[i];
+            d = warp_sum(d);
+            if (softcap > 0.f) d = softcap * tanhf(d / softcap);
+            const float mn = fmaxf(m[t], d), f = __expf(m[t] - mn), e = __expf(d - mn);
+#pragma unroll
+            for (int i = 0; i < PL; i++) acc[t][i] = acc[t][i] * f + e * vr[i];
+            l[t] = l[t] * f + e;
+            m[t] = mn;
+        }
+    }
+    /* merge the warps of this block, one head at a time */
+    __shared__ float sm[AB_WARPS], sl[AB_WARPS], sacc[AB_WARPS][HD];
+#pragma unroll 1
+    for (int t = 0; t < GT; t++) {
+        const int h = h0 + t;
+        const long th = (long)row * n_heads + h;
+        __syncthreads(); /* the previous head's merge has read the shared arrays */
+        if (lane == 0) {
+            sm[warp] = m[t];
+            sl[warp] = l[t];
+        }
+#pragma unroll
+        for (int i = 0; i < PL; i++) sacc[warp][lane + 32 * i] = acc[t][i];
+        __syncthreads();
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < AB_WARPS; w++) M = fmaxf(M, sm[w]);
+        float L = 0.f;
+        for (int w = 0; w < AB_WARPS; w++) L += sm[w] == -INFINITY ? 0.f : sl[w] * __expf(sm[w] - M);
+        if (splits == 1) {
+            float M2 = sinks ? sinks[h] : -INFINITY;
+            M2 = fmaxf(M2, M);
+            float L2 = sinks ? __expf(sinks[h] - M2) : 0.f;
+            if (M != -INFINITY) L2 += L * __expf(M - M2);
+            const float inv = L2 > 0.f ? 1.f / L2 : 0.f;
+            for (int c = threadIdx.x; c < HD; c += blockDim.x) {
+                float s = 0.f;
+#pragma unroll
+                for (int w = 0; w < AB_WARPS; w++) s += sm[w] == -INFINITY ? 0.f : sacc[w][c] * __expf(sm[w] - M);
+                float a = 0.f;
+                if (M != -INFINITY) a += s * __expf(M - M2);
+                out[th * HD + c] = a * inv;
+            }
+        } else {
+            float *o = part + (th * splits + split) * (HD + 2);
+            for (int c = threadIdx.x; c < HD; c += blockDim.x) {
+                float s = 0.f;
+#pragma unroll
+                for (int w = 0; w < AB_WARPS; w++) s += sm[w] == -INFINITY ? 0.f : sacc[w][c] * __expf(sm[w] - M);
+                o[c] = s;
+            }
+            if (threadIdx.x == 0) {
+                o[HD] = M;
+                o[HD + 1] = L;
+            }
+        }
+    }
+}
+
+/* grid n * n_heads: merges each row's own splits (and the sink) into out */
+__global__ void kernel_attn_batch_merge(const float *__restrict__ part, const cuk_attn_seq *__restrict__ seqs, int splits,
+                                        int hd, const float *__restrict__ sinks, int n_heads, float *__restrict__ out) {
+    cuk_pdl_start();
+    const int th = blockIdx.x, row = th / n_heads;
+    const int ns = seqs[row].k ? min(ab_splits(seqs[row].n), splits) : 1;
+    const float *p = part + (long)th * splits * (hd + 2);
+    float M = sinks ? sinks[th % n_heads] : -INFINITY;
+    for (int s = 0; s < ns; s++) M = fmaxf(M, p[s * (hd + 2) + hd]);
+    float L = sinks ? __expf(sinks[th % n_heads] - M) : 0.f;
+    for (int s = 0; s < ns; s++) {
+        const float ms = p[s * (hd + 2) + hd];
+        if (ms != -INFINITY) L += p[s * (hd + 2) + hd + 1] * __expf(ms - M);
+    }
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+        float acc = 0.f;
+        for (int s = 0; s < ns; s++) {
+            const float ms = p[s * (hd + 2) + hd];
+            if (ms != -INFINITY) acc += p[s * (hd + 2) + c] * __expf(ms - M);
+        }
+        out[(long)th * hd + c] = acc * inv;
+    }
+}
+
+/* The group tile: the most query heads of one KV head a block takes (a power of two
+ * dividing G, at most 32 channels per lane in registers). */
+static int group_tile(int G, int hd) {
+    int gt = 8;
+    while (gt > 1 && (G % gt != 0 || gt * hd > 1024)) gt /= 2;
+    return gt;
+}
+
+template <typename KT, int HD, int GT>
+static void launch_batch(dim3 grid, cudaStream_t s, const float *q, const int32_t *qpos, const cuk_attn_seq *seqs,
+                         const attn_params *p, float *part, float *out) {
+    cuk_launch(kernel_attn_batch<KT, HD, GT>, grid, AB_WARPS * 32, 0, s, q, qpos, seqs, p->n_heads, p->n_kv, p->scale,
+               p->window, p->softcap, p->sinks, part, out);
+}
+
+template <typename KT, int HD>
+static int dispatch_gt(int gt, dim3 grid, cudaStream_t s, const float *q, const int32_t *qpos, const cuk_attn_seq *seqs,
+                       const attn_params *p, float *part, float *out) {
+    switch (gt) {
+    case 1: launch_batch<KT, HD, 1>(grid, s, q, qpos, seqs, p, part, out); return 0;
+    case 2: if (2 * HD <= 1024) { launch_batch<KT, HD, (2 * HD <= 1024 ? 2 : 1)>(grid, s, q, qpos, seqs, p, part, out); return 0; } break;
+    case 4: if (4 * HD <= 1024) { launch_batch<KT, HD, (4 * HD <= 1024 ? 4 : 1)>(grid, s, q, qpos, seqs, p, part, out); return 0; } break;
+    case 8: if (8 * HD <= 1024) { launch_batch<KT, HD, (8 * HD <= 1024 ? 8 : 1)>(grid, s, q, qpos, seqs, p, part, out); return 0; } break;
+    }
+    return err_set("cuda attention (batch): group tile %d for head_dim %d", gt, HD);
+}
+
+template <typename KT>
+static int attention_batch(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int max_keys, const attn_params *p,
+                           float *out, float *work, cudaStream_t s) {
+    if (n <= 0) return 0;
+    if (p->n_kv <= 0 || p->n_heads % p->n_kv != 0)
+        return err_set("cuda attention (batch): %d heads over %d KV heads", p->n_heads, p->n_kv);
+    const int G = p->n_heads / p->n_kv, gt = group_tile(G, p->head_dim), splits = ab_splits(max_keys);
+    if (splits > 1 && !work) return err_set("cuda attention (batch): no work space for %d splits", splits);
+    const dim3 grid((unsigned)(n * p->n_kv * (G / gt)), (unsigned)splits);
+    float *part = splits > 1 ? work : NULL;
+    int rc;
+    switch (p->head_dim) {
+    case 32: rc = dispatch_gt<KT, 32>(gt, grid, s, q, qpos, seqs, p, part, out); break;
+    case 64: rc = dispatch_gt<KT, 64>(gt, grid, s, q, qpos, seqs, p, part, out); break;
+    case 96: rc = dispatch_gt<KT, 96>(gt, grid, s, q, qpos, seqs, p, part, out); break;
+    case 128: rc = dispatch_gt<KT, 128>(gt, grid, s, q, qpos, seqs, p, part, out); break;
+    case 192: rc = dispatch_gt<KT, 192>(gt, grid, s, q, qpos, seqs, p, part, out); break;
+    case 256: rc = dispatch_gt<KT, 256>(gt, grid, s, q, qpos, seqs, p, part, out); break;
+    case 512: rc = dispatch_gt<KT, 512>(gt, grid, s, q, qpos, seqs, p, part, out); break;
+    default:
+        return err_set("cuda attention (batch): head_dim %d not supported (32, 64, 96, 128, 192, 256, 512)", p->head_dim);
+    }
+    if (rc != 0 || cuk_check("attention (batch)") != 0) return -1;
+    if (splits == 1) return 0;
+    cuk_launch(kernel_attn_batch_merge, n * p->n_heads, 128, 0, s, (const float *)part, seqs, splits, p->head_dim,
+               p->sinks, p->n_heads, out);
+    return cuk_check("attention (batch) merge");
+}
+
+extern "C" int cuk_attention_batch(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int max_keys,
+                                   const attn_params *p, float *out, float *work, cuk_stream st) {
+    return attention_batch<float>(q, qpos, n, seqs, max_keys, p, out, work, (cudaStream_t)st);
+}
+
+/* ---- the step's KV writes: row r of k, v [n, row] into its sequence's slot ---- */
+
+template <typename KT>
+__global__ void kernel_put_batch(const cuk_put_row *__restrict__ rows, long row, const float *__restrict__ k,
+                                 const float *__restrict__ v) {
+    cuk_pdl_start();
+    const int r = blockIdx.y;
+    const cuk_put_row d = rows[r];
+    if (!d.k) return; /* a padding row */
+    KT *kd = (KT *)d.k, *vd = (KT *)d.v;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < row; i += (long)gridDim.x * blockDim.x) {
+        kd[i] = k[(long)r * row + i];
+        vd[i] = v[(long)r * row + i];
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) *d.pos = d.p;
+}
+
+extern "C" int cuk_put_batch(const cuk_put_row *rows, int n, long row, const float *k, const float *v, cuk_stream st) {
+    if (n <= 0) return 0;
+    long nb = (row + 255) / 256;
+    if (nb > 64) nb = 64;
+    cuk_launch(kernel_put_batch<float>, dim3((unsigned)nb, (unsigned)n), 256, 0, (cudaStream_t)st, rows, row, k, v);
+    return cuk_check("put_rows (batch)");
+}
