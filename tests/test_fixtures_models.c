@@ -132,6 +132,7 @@ static void smollm3(void) { check_model("smollm3"); }
 static void olmo2(void) { check_model("olmo2"); }
 
 int main(void) {
+    fixture_select_exact(); /* the 5e-2 tolerance is the exact precision's */
     RUN(llama);
     RUN(llama_q4);
     RUN(qwen3);

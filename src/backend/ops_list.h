@@ -95,10 +95,12 @@
 #define OP_ARGS_embed(A) A(S, weight, w) A(V, const int32_t *, tok) A(V, int, T) A(V, float, scale) A(V, float *, x)
 
 /* Slots [slot, slot + n) of a cache buffer <- rows k, v [n, row] (backend memory):
- * kd, vd [slots, row] and their positions pd [slots] <- pos [n] (host memory). */
+ * kd, vd [slots, row] of element type dtype (kv_dtype: float32 rows are copied,
+ * bf16 rows rounded to nearest even) and their positions pd [slots] <- pos [n]
+ * (host memory). */
 #define OP_ARGS_put_rows(A) \
-    A(V, float *, kd) A(V, float *, vd) A(V, int32_t *, pd) A(V, long, row) A(V, int, slot) A(V, const float *, k) \
-    A(V, const float *, v) A(V, const int32_t *, pos) A(V, int, n)
+    A(V, void *, kd) A(V, void *, vd) A(V, int32_t *, pd) A(V, long, row) A(V, int, slot) A(V, const float *, k) \
+    A(V, const float *, v) A(V, const int32_t *, pos) A(V, int, n) A(V, int, dtype)
 
 #define BACKEND_OPS(X)      \
     X(matmul, CUSTOM)       \

@@ -47,7 +47,7 @@ static void attend_one(const attn_job *j, int t, int h) {
         for (int r = r0; r < kv->n && r < r0 + KB; r++) {
             int32_t kp = kv->pos[r];
             if (kp > qp || (p->window > 0 && qp - kp >= p->window)) continue;
-            const float *k = kv->k + (long)r * kv->row_stride + (long)g * hd;
+            const float *k = (const float *)kv->k + (long)r * kv->row_stride + (long)g * hd;
             float d = j->k->dot(q, k, hd) * p->scale;
             if (p->softcap > 0) d = p->softcap * tanhf(d / p->softcap);
             s[nb] = d;
@@ -64,7 +64,7 @@ static void attend_one(const attn_job *j, int t, int h) {
         for (int i = 0; i < nb; i++) {
             float e = expf(s[i] - m);
             l += e;
-            const float *v = kv->v + (long)idx[i] * kv->row_stride + (long)g * hd;
+            const float *v = (const float *)kv->v + (long)idx[i] * kv->row_stride + (long)g * hd;
             j->k->scale_axpy(o, i == 0 ? f : 1.0f, e, v, hd);
         }
     }

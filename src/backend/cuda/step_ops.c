@@ -130,7 +130,7 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
             RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
         } else {
             const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
-            RUN(cuk_gemm(c->blas, w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows, st));
+            RUN(cuk_gemm(c->blas, w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows, c->fast, st));
         }
         break;
     }
@@ -145,7 +145,7 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
         const op_put_rows_args *a = &e->u.put_rows;
         const int32_t *v = (const int32_t *)vals;
         const int rec = a->slot < 0;
-        RUN(cuk_put_rows(a->kd, a->vd, a->pd, a->row, a->slot, rec ? v : NULL, a->k, a->v, rec ? v + 1 : v, a->n, st));
+        RUN(cuk_put_rows(a->kd, a->vd, a->pd, a->row, a->slot, rec ? v : NULL, a->k, a->v, rec ? v + 1 : v, a->n, a->dtype, st));
         break;
     }
     case SOP_copy:
@@ -376,6 +376,7 @@ static int custom_record(cuda_backend *c, step_op *e) {
         a->kv.pos = kv.pos;
         a->kv.n = kv.n;
         a->kv.row_stride = kv.row_stride;
+        a->kv.dtype = kv.dtype;
         if (!c->recording) return 0;
         /* recorded: the key count is a value; the op keeps only a count with the same
          * split count, so the steps of one 256-key bucket record the same op */
