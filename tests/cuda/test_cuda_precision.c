@@ -16,7 +16,8 @@
  * transformers' continuation at every step where the reference's top token is clear.
  * The exact precision's figures are measured beside it and printed (not checked
  * here: the fixture tests hold it to 5e-2). Prints the margins (figure / envelope).
- * `--factor F` changes 1.5 (a smaller factor shows the checks can fail). */
+ * `--factor F` changes 1.5 (a smaller factor shows the checks can fail); `--only
+ * a,b` runs those fixtures alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +152,10 @@ static void run_model(const char *name, const char *precision, const envelope *e
     const int V = r.vocab, la = r.len[0], lb = r.len[1], br = r.branch, ctx = la > lb ? la : lb;
     float *got = malloc((size_t)ctx * V * sizeof *got);
     if (!m || !got) goto out;
+    celer_model_info in;
+    celer_model_get_info(m, &in);
+    if (strcmp(in.precision, precision) != 0) /* mixture-of-experts models: exact whatever is asked */
+        printf("  %s: --precision %s runs the %s arithmetic (KV cache %s)\n", name, precision, in.precision, in.kv_dtype);
     /* chunkings: all at once, 1 and 7 tokens per forward, over seq_a and seq_b */
     const int chunks[] = {0, 1, 7};
     for (int c = 0; c < 3; c++) {
@@ -222,9 +227,19 @@ out:
 }
 
 static json_t *g_env;
+static const char *g_only; /* --only a,b,c: these fixtures alone (diagnosis runs) */
+
+static int selected(const char *name) {
+    if (!g_only) return 1;
+    size_t n = strlen(name);
+    for (const char *p = g_only; (p = strstr(p, name)); p += n)
+        if ((p == g_only || p[-1] == ',') && (p[n] == ',' || !p[n])) return 1;
+    return 0;
+}
 
 static void one(const char *name, const char *sibling) {
     envelope e;
+    if (!selected(name)) return;
     if (load_envelope(g_env, sibling, &e) != 0) {
         CHECK(0, "%s: no bf16 figures for %s in tests/fixtures/bf16_transformers.json", name, sibling);
         return;
@@ -249,7 +264,10 @@ static void fixtures(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 2 && strcmp(argv[1], "--factor") == 0) g_factor = atof(argv[2]);
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--factor") == 0) g_factor = atof(argv[i + 1]);
+        if (strcmp(argv[i], "--only") == 0) g_only = argv[i + 1];
+    }
     if (!(g_env = json_load_path("tests/fixtures/bf16_transformers.json"))) {
         printf("cannot read tests/fixtures/bf16_transformers.json: %s\n", celer_last_error());
         return 1;

@@ -23,7 +23,8 @@ static int n_splits(int n_keys) {
 }
 
 extern "C" size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys) {
-    return (size_t)T * n_heads * n_splits(n_keys) * (head_dim + 2);
+    const size_t a = (size_t)T * n_heads * n_splits(n_keys) * (head_dim + 2), b = cuk_flash_work(T, n_heads, head_dim, n_keys);
+    return a > b ? a : b;
 }
 
 extern "C" int cuk_attention_bucket(int n_keys) { return n_splits(n_keys) * KEYS_PER_SPLIT; }
@@ -329,13 +330,20 @@ extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const a
                              const attn_params *p, float *out, float *work, cuk_stream st) {
     cudaStream_t s = (cudaStream_t)st;
     const int bf = kv->dtype == KVT_BF16;
-    if (T > CUK_MV_MAX_T && !n_dev && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
-        /* Prefill over a bf16 cache: flash attention on the tensor cores
-         * (flash_attn.cu) for the head dims it covers; 1 means not covered. */
-        if (bf && !setting_flag(SET_CUK_ATTN_NO_MMA)) {
-            const int r = cuk_flash_attention(q, qpos, T, kv, p, out, st);
-            if (r <= 0) return r;
+    /* Over a bf16 cache: flash attention on the tensor cores (flash_attn.cu) for the
+     * head dims it covers (1: not covered), prefill and decode, keys split across
+     * blocks when the queries alone cannot fill the GPU. */
+    if (bf && !setting_flag(SET_CUK_ATTN_NO_MMA) && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
+        int splits = 1;
+        const int r = cuk_flash_attention(q, qpos, T, kv, n_dev, p, out, work, &splits, st);
+        if (r < 0) return -1;
+        if (r == 0) {
+            if (splits == 1) return 0;
+            cuk_launch(kernel_attn_merge, T * p->n_heads, 128, 0, s, work, splits, p->head_dim, p->sinks, p->n_heads, out);
+            return cuk_check("attention merge");
         }
+    }
+    if (T > CUK_MV_MAX_T && !n_dev && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
         /* The tiled CUDA-core kernel, except wide heads over at most 1024 keys, where
          * the per-query kernel measured faster (gemma3-4b pp512: 17.6k vs 16.4k tok/s);
          * CUK_ATTN_PER_QUERY=1 forces the per-query kernel for A/B runs. */

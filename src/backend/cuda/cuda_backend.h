@@ -71,7 +71,7 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas;
     int failed;
-    int fast;             /* CELER_PRECISION: 1 fast (one-term bf16 products), 0 exact (two terms) */
+    const backend *self;  /* the backend this is the state of (self->fast: the precision) */
     char why[512];
     grow_buf mv, xbf, wbf, att, moe_idx, moe_w, smp;
     int32_t *sampled;     /* [SAMPLE_SLOTS] mapped pinned: tokens the sampler wrote */

@@ -62,12 +62,14 @@ BACKEND_OPS(CUK_OP_PROTO_IF)
 int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
                   const attn_params *p, float *out, float *work, cuk_stream s);
 size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys);
-/* Prefill attention on the tensor cores over a bf16 cache (flash_attn.cu): the
- * same contract as cuk_attention without n_dev; head dims 64, 96, 128, 192, 256.
- * Returns 1 without launching anything for a shape it does not cover (another
+/* Attention on the tensor cores over a bf16 cache (flash_attn.cu): the contract of
+ * cuk_attention, head dims 64, 96, 128, 192, 256. Keys may be split across blocks
+ * (partials in work, cuk_flash_work floats), merged by its own kernel: *splits is 1
+ * afterwards (the caller has nothing to merge). Returns 1 without launching anything for a shape it does not cover (another
  * head dim, a float32 cache, unaligned rows), else 0 or -1 as every launcher. */
-int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p, float *out,
-                        cuk_stream s);
+int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
+                        const attn_params *p, float *out, float *work, int *splits, cuk_stream s);
+size_t cuk_flash_work(int T, int n_heads, int head_dim, int n_keys);
 /* The count that stands for n_keys's split count (>= n_keys below 16,384 keys). */
 int cuk_attention_bucket(int n_keys);
 /* Cache slots [slot, slot + n) of kd, vd [slots, row] (kv_dtype dtype) <- k, v [n, row], and of

@@ -10,7 +10,9 @@
  * slot order is irrelevant, as in every attention kernel here), the online softmax
  * runs per row in registers, and P (rounded to bf16) times V accumulates O in
  * float32 on the tensor cores. A tile no row of the block can see is skipped. Sinks
- * enter at the end, as one more logit per head. The queries are rounded to bf16
+ * enter at the end, as one more logit per head. When the query rows alone cannot fill
+ * the GPU (decode, a short chunk after a long context), the keys are split across
+ * blocks too (flash-decoding) and attention.cu's merge kernel combines the splits. The queries are rounded to bf16
  * once (they are float32 activations): this kernel is the fast precision's
  * (CELER_PRECISION=fast), which keeps a bf16 cache.
  *
@@ -75,7 +77,7 @@ __device__ __forceinline__ void fa_cp16(uint16_t *s, const uint16_t *g) {
 __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-/* rows [FA_BN) of a K or V tile from the cache (zeros past n) into s [FA_BN][S] */
+/* rows [FA_BN) of a K or V tile from the cache (zeros at and past key je) into s [FA_BN][S] */
 template <int HD>
 __device__ __forceinline__ void fa_load_tile(uint16_t *s, const uint16_t *__restrict__ X, int j0, int n, long stride, int g) {
     constexpr int S = fa_cfg<HD>::S, CH = HD / 8; /* 16-byte chunks per row */
@@ -87,14 +89,19 @@ __device__ __forceinline__ void fa_load_tile(uint16_t *s, const uint16_t *__rest
     }
 }
 
-/* grid (ceil(T * G / FA_BM), n_kv); out [T, n_heads, HD] */
+/* grid (ceil(T * G / FA_BM), n_kv, splits): split z takes keys [z * per, (z + 1) *
+ * per), per = ceil(n / splits), n read from n_dev when it is not NULL (a recorded
+ * decode step). One split: out [T, n_heads, HD]. Several: part [T * n_heads, splits,
+ * HD + 2] (unnormalized accumulators, then max and sum), attention.cu's merge format. */
 template <int HD>
 __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *__restrict__ q, const int32_t *__restrict__ qpos,
                                                                   int T, const uint16_t *__restrict__ K,
                                                                   const uint16_t *__restrict__ V, const int32_t *__restrict__ kpos,
-                                                                  int n, long stride, int n_heads, int n_kv, float scale,
-                                                                  int window, float softcap, const float *__restrict__ sinks,
-                                                                  float *__restrict__ out) {
+                                                                  int n, const int32_t *__restrict__ n_dev, long stride,
+                                                                  int n_heads, int n_kv, float scale, int window, float softcap,
+                                                                  const float *__restrict__ sinks, float *__restrict__ out,
+                                                                  float *__restrict__ part) {
+    cuk_pdl_start();
     constexpr int S = fa_cfg<HD>::S, NT = HD / 8, KS = HD / 16;
     constexpr bool QREG = fa_cfg<HD>::QREG;
     extern __shared__ uint4 fa_sh4[];
@@ -105,6 +112,9 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
     const int G = n_heads / n_kv, g = blockIdx.y;
     const long r0 = (long)blockIdx.x * FA_BM, total = (long)T * G;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, lg = lane >> 2, lt = lane & 3;
+    if (n_dev) n = *n_dev;
+    const int splits = gridDim.z, per = (n + splits - 1) / splits;
+    const int jb = (int)blockIdx.z * per, je = min(n, jb + per); /* this split's keys */
 
     for (int i = threadIdx.x; i < FA_BM * HD / 4; i += FA_WARPS * 32) {
         const int rr = i / (HD / 4), c = (i % (HD / 4)) * 4;
@@ -134,13 +144,13 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
         for (int kk = 0; kk < KS; kk++) fa_ldsm4(qf[QREG ? kk : 0], qrow + kk * 16);
     }
 
-    for (int j0 = 0; j0 < n; j0 += FA_BN) {
+    for (int j0 = jb; j0 < je; j0 += FA_BN) {
         __syncthreads(); /* the previous tile (and its positions) are consumed */
-        if (threadIdx.x < FA_BN) skp[threadIdx.x] = j0 + (int)threadIdx.x < n ? kpos[j0 + threadIdx.x] : INT_MAX;
+        if (threadIdx.x < FA_BN) skp[threadIdx.x] = j0 + (int)threadIdx.x < je ? kpos[j0 + threadIdx.x] : INT_MAX;
         __syncthreads();
         {
             const int a = skp[lane], b = skp[lane + 32];
-            const bool va = j0 + lane < n, vb = j0 + lane + 32 < n;
+            const bool va = j0 + lane < je, vb = j0 + lane + 32 < je;
             int klo = min(va ? a : INT_MAX, vb ? b : INT_MAX), khi = max(va ? a : INT_MIN, vb ? b : INT_MIN);
 #pragma unroll
             for (int o2 = 16; o2 > 0; o2 >>= 1) {
@@ -149,9 +159,9 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
             }
             if (klo > qhi || (window > 0 && khi <= qlo - window)) continue; /* no row sees this tile (same in every warp) */
         }
-        fa_load_tile<HD>(sk, K, j0, n, stride, g);
+        fa_load_tile<HD>(sk, K, j0, je, stride, g);
         fa_commit();
-        fa_load_tile<HD>(sv, V, j0, n, stride, g);
+        fa_load_tile<HD>(sv, V, j0, je, stride, g);
         fa_commit();
         fa_wait<1>(); /* this thread's key copies have landed */
         __syncthreads();
@@ -186,7 +196,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
                 const int kp = skp[j];
                 float s = sc[nt][e] * scale;
                 if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-                const bool vis = j0 + j < n && kp <= qp && (window <= 0 || qp - kp < window);
+                const bool vis = j0 + j < je && kp <= qp && (window <= 0 || qp - kp < window);
                 s = vis ? s : -INFINITY;
                 sc[nt][e] = s;
                 if (e < 2) xa = fmaxf(xa, s);
@@ -249,6 +259,17 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
         if (r >= total) continue;
         const int h = g * G + (int)(r % G);
         const float m = half ? mb : ma, l = half ? lb : la;
+        if (part) { /* one split of several: kernel_attn_merge adds the sink and normalizes */
+            float *dst = part + (((r / G) * n_heads + h) * (long)splits + blockIdx.z) * (HD + 2);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                *(float2 *)(dst + nt * 8 + 2 * lt) = make_float2(o[nt][2 * half], o[nt][2 * half + 1]);
+            if (lt == 0) {
+                dst[HD] = m;
+                dst[HD + 1] = l;
+            }
+            continue;
+        }
         float M = m, L = l, f = 1.f;
         if (sinks) {
             M = fmaxf(m, sinks[h]);
@@ -263,9 +284,67 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
     }
 }
 
+#define FA_MAX_SPLITS 128
+
+/* grid T * n_heads, 128 threads: merges the key splits' partials of one (token, head),
+ * part [splits, HD + 2], and the head's sink logit into out [HD]. The split maxima and
+ * weights go through shared memory once, so the channel loop reads each partial
+ * once, coalesced (kernel_attn_merge in attention.cu re-reads them per channel). */
+__global__ void __launch_bounds__(128) kernel_fa_merge(const float *__restrict__ part, int splits, int hd,
+                                                      const float *__restrict__ sinks, int n_heads, float *__restrict__ out) {
+    cuk_pdl_start();
+    __shared__ float w[FA_MAX_SPLITS], red[4];
+    const int th = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float *p = part + (long)th * splits * (hd + 2);
+    float mx = -INFINITY;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) mx = fmaxf(mx, p[(long)s * (hd + 2) + hd]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    float M = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    if (sinks) M = fmaxf(M, sinks[th % n_heads]);
+    __syncthreads(); /* red is reused below */
+    float L = 0.f;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        const float ms = p[(long)s * (hd + 2) + hd];
+        const float f = ms == -INFINITY ? 0.f : __expf(ms - M);
+        w[s] = f;
+        L += f * p[(long)s * (hd + 2) + hd + 1];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+    if (lane == 0) red[warp] = L;
+    __syncthreads();
+    L = red[0] + red[1] + red[2] + red[3];
+    if (sinks) L += __expf(sinks[th % n_heads] - M);
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+        float acc = 0.f;
+        for (int s = 0; s < splits; s++) acc += w[s] * p[(long)s * (hd + 2) + c];
+        out[(long)th * hd + c] = acc * inv;
+    }
+}
+
+/* Key splits: enough blocks to fill the GPU (about 256, a block takes 64 query rows of
+ * one KV group), at most one per 64 keys of the count's 256-key bucket, so every key
+ * count of one bucket (cuk_attention_bucket) splits alike, as a recorded step needs. */
+static int fa_splits(int T, int n_heads, int n) {
+    const long blocks = ((long)T * n_heads + FA_BM - 1) / FA_BM;
+    int cap = 2 * ((n + 255) / 256); /* 128 keys (two tiles) a split at least: fewer partials to merge */
+    if (cap > FA_MAX_SPLITS) cap = FA_MAX_SPLITS;
+    int sp = (int)((256 + blocks - 1) / blocks);
+    return sp < 1 ? 1 : sp > cap ? cap : sp;
+}
+
+extern "C" size_t cuk_flash_work(int T, int n_heads, int head_dim, int n_keys) {
+    const int sp = fa_splits(T, n_heads, n_keys);
+    return sp > 1 ? (size_t)T * n_heads * sp * (head_dim + 2) : 0;
+}
+
 template <int HD>
-static int flash(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p, float *out,
-                 cudaStream_t s) {
+static int flash(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev, const attn_params *p,
+                 float *out, float *work, int splits, cudaStream_t s) {
     static int ready[64]; /* the opt-in to more than 48 KiB of shared memory, once per kernel and GPU */
     int dev = 0;
     cudaGetDevice(&dev);
@@ -276,26 +355,33 @@ static int flash(const float *q, const int32_t *qpos, int T, const attn_kv *kv, 
         if (dev >= 0 && dev < 64) ready[dev] = 1;
     }
     const long total = (long)T * (p->n_heads / p->n_kv);
-    const dim3 grid((unsigned)((total + FA_BM - 1) / FA_BM), (unsigned)p->n_kv);
+    const dim3 grid((unsigned)((total + FA_BM - 1) / FA_BM), (unsigned)p->n_kv, (unsigned)splits);
     cuk_launch(kernel_flash_attn<HD>, grid, FA_WARPS * 32, fa_cfg<HD>::smem, s, q, qpos, T, (const uint16_t *)kv->k,
-               (const uint16_t *)kv->v, kv->pos, kv->n, kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window, p->softcap,
-               p->sinks, out);
+               (const uint16_t *)kv->v, kv->pos, kv->n, n_dev, kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window,
+               p->softcap, p->sinks, out, splits > 1 ? work : (float *)NULL);
     return cuk_check("flash attention");
 }
 
-extern "C" int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p,
-                                   float *out, cuk_stream st) {
+extern "C" int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
+                                   const attn_params *p, float *out, float *work, int *splits, cuk_stream st) {
     cudaStream_t s = (cudaStream_t)st;
     /* 16-byte copies of each row's head: aligned rows and strides only */
     if (kv->dtype != KVT_BF16 || ((uintptr_t)kv->k & 15) || ((uintptr_t)kv->v & 15) || (kv->row_stride & 7) ||
         ((uintptr_t)q & 15) || (p->n_heads % p->n_kv))
         return 1;
+    const int sp = fa_splits(T, p->n_heads, kv->n);
+    if (sp > 1 && !work) return 1;
+    *splits = 1; /* merged here */
+    int r;
     switch (p->head_dim) {
-    case 64: return flash<64>(q, qpos, T, kv, p, out, s);
-    case 96: return flash<96>(q, qpos, T, kv, p, out, s);
-    case 128: return flash<128>(q, qpos, T, kv, p, out, s);
-    case 192: return flash<192>(q, qpos, T, kv, p, out, s);
-    case 256: return flash<256>(q, qpos, T, kv, p, out, s);
+    case 64: r = flash<64>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
+    case 96: r = flash<96>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
+    case 128: r = flash<128>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
+    case 192: r = flash<192>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
+    case 256: r = flash<256>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
     default: return 1; /* 32 and 512 (Gemma 4's wide heads) keep the CUDA-core kernels */
     }
+    if (r != 0 || sp == 1) return r;
+    cuk_launch(kernel_fa_merge, T * p->n_heads, 128, 0, s, work, sp, p->head_dim, p->sinks, p->n_heads, out);
+    return cuk_check("flash attention merge");
 }

@@ -130,7 +130,7 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
             RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
         } else {
             const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
-            RUN(cuk_gemm(c->blas, w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows, c->fast, st));
+            RUN(cuk_gemm(c->blas, w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows, c->self->fast, st));
         }
         break;
     }
