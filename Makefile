@@ -171,6 +171,10 @@ $(B)/tests/cuda/test_cuda_kv: tests/cuda/test_cuda_kv.c tests/harness.h tests/fi
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
 
+$(B)/tests/cuda/test_cuda_precision: tests/cuda/test_cuda_precision.c tests/harness.h tests/fixture_util.h $(B)/libceler.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
+
 $(B)/tests/cuda/test_cuda_graph: tests/cuda/test_cuda_graph.c tests/harness.h tests/fixture_util.h $(B)/libceler.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
@@ -183,13 +187,14 @@ $(B)/tests/cuda/test_cuda_batch: tests/cuda/test_cuda_batch.c tests/harness.h te
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
 
-cuda: $(B)/tests/cuda/test_cuda_batch $(B)/tests/cuda/test_cuda_decode $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/libceler-cuda.so
+cuda: $(B)/tests/cuda/test_cuda_batch $(B)/tests/cuda/test_cuda_decode $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/tests/cuda/test_cuda_precision $(B)/libceler-cuda.so
 
 # On the GPU machine: kernel tests, every model fixture on the GPU, then the kernel benchmark.
 test-cuda: cuda tests
 	$(B)/tests/cuda/test_cuda_kernels
 	$(B)/tests/cuda/test_cuda_sample
 	CELER_DEVICE=cuda $(B)/tests/test_fixtures_models
+	$(B)/tests/cuda/test_cuda_precision
 	$(B)/tests/cuda/test_cuda_kv
 	$(B)/tests/cuda/test_cuda_graph
 	$(B)/tests/cuda/test_cuda_decode

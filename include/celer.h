@@ -37,6 +37,11 @@ const char *celer_last_error(void);
  * LLAMA_ARG_*, HOME: the table in docs/settings.md), read once per process; NULL when
  * unset or when name is not in the table. */
 const char *celer_setting(const char *name);
+/* Sets one of those for this process, as a command-line flag that stands for one
+ * does (`--precision` sets CELER_PRECISION); value NULL goes back to the
+ * environment. Call before opening models; not thread-safe against readers. -1 when
+ * name is not in the table. */
+int celer_setting_set(const char *name, const char *value);
 /* Prints that table (name, type, default, meaning, value when set) to f. */
 void celer_settings_print(FILE *f);
 
@@ -59,6 +64,8 @@ typedef struct {
     int bos_token, eos_token; /* -1 when the config names none */
     int64_t n_params;         /* logical parameters (quantized ones counted unpacked) */
     uint64_t weight_bytes;    /* bytes of weights one token's forward reads */
+    const char *precision;    /* "fast" or "exact" (CELER_PRECISION; the CPU is always exact) */
+    const char *kv_dtype;     /* the KV cache's element type, "f32" or "bf16" (CELER_KV_DTYPE) */
 } celer_model_info;
 
 void celer_model_get_info(const celer_model *m, celer_model_info *info);

@@ -37,4 +37,31 @@ if [ ! -e /dev/nvidiactl ]; then
     else bad "libceler-cuda.so's message did not reach the program ($rc): $out"; fi
   fi
 fi
+# --precision (issue 17): on every command that has --device; fast or exact; the CPU
+# is always exact (the same tokens either way); a bf16 KV cache is refused on the CPU.
+for cmd in generate logits bench serve run cache; do
+  if "$C" $cmd --help 2>&1 | grep -q -- "--precision P .*fast or exact"; then ok "$cmd --help names --precision"
+  else bad "$cmd --help lacks --precision"; fi
+done
+f=$("$C" generate --device cpu --precision fast --tokens 0,301,359 -n 5 2>/dev/null)
+e=$("$C" generate --device cpu --precision=exact --tokens 0,301,359 -n 5 2>/dev/null)
+if [ -n "$f" ] && [ "$f" = "$e" ]; then ok "--precision fast = exact on the CPU ($f)"; else bad "--precision on the CPU: '$f' vs '$e'"; fi
+out=$("$C" generate --precision slow --tokens 1,2 -n 1 2>&1); rc=$?
+if [ $rc = 2 ] && head -1 <<<"$out" | grep -q "error: flag '--precision' wants fast or exact, got 'slow'"; then ok "--precision slow: $(head -1 <<<"$out")"
+else bad "--precision slow ($rc): $out"; fi
+out=$("$C" generate --precision 2>&1); rc=$?
+if [ $rc = 2 ] && grep -q "flag '--precision' needs a value" <<<"$out"; then ok "--precision without a value"; else bad "--precision without a value ($rc): $out"; fi
+out=$("$C" tokenize --precision fast 2>&1); rc=$?
+if [ $rc = 2 ] && grep -q "unknown flag '--precision'" <<<"$out"; then ok "tokenize has no --precision"; else bad "tokenize --precision ($rc): $out"; fi
+out=$(CELER_PRECISION=slow "$C" generate --device cpu --tokens 1,2 -n 1 2>&1); rc=$?
+if [ $rc != 0 ] && grep -q "CELER_PRECISION (or --precision) wants fast or exact, got 'slow'" <<<"$out"; then ok "CELER_PRECISION=slow: $out"
+else bad "CELER_PRECISION=slow ($rc): $out"; fi
+out=$(CELER_KV_DTYPE=bf16 "$C" generate --device cpu --tokens 1,2 -n 1 2>&1); rc=$?
+if [ $rc != 0 ] && grep -q "CELER_KV_DTYPE=bf16: the CPU backend keeps a float32 KV cache" <<<"$out"; then ok "CELER_KV_DTYPE=bf16 on the CPU: $out"
+else bad "CELER_KV_DTYPE=bf16 on the CPU ($rc): $out"; fi
+out=$(CELER_KV_DTYPE=f8 "$C" generate --device cpu --tokens 1,2 -n 1 2>&1); rc=$?
+if [ $rc != 0 ] && grep -q "CELER_KV_DTYPE wants auto, f32 or bf16, got 'f8'" <<<"$out"; then ok "CELER_KV_DTYPE=f8: $out"
+else bad "CELER_KV_DTYPE=f8 ($rc): $out"; fi
+out=$(CELER_KV_DTYPE=f32 "$C" generate --device cpu --tokens 0,301,359 -n 5 2>/dev/null)
+if [ "$out" = "$e" ]; then ok "CELER_KV_DTYPE=f32 on the CPU"; else bad "CELER_KV_DTYPE=f32 on the CPU: '$out' vs '$e'"; fi
 finish

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "base/settings.h"
 #include "celer.h"
 #include "io/safetensors.h"
 
@@ -135,6 +136,12 @@ static inline double fixture_compare(celer_model *m, const int32_t *tok, int n, 
 static inline double fixture_max_err(celer_model *m, const int32_t *tok, int n, const float *ref, int vocab, int chunk) {
     return fixture_compare(m, tok, n, ref, vocab, chunk, NULL);
 }
+
+/* The fixture tests hold a GPU to the exact precision (CELER_PRECISION=exact: two-term
+ * bf16 products, float32 KV cache) at 5e-2; the fast precision, the GPU's default,
+ * has its own envelope test (tests/cuda/test_cuda_precision.c). Call before opening
+ * a model. No effect on the CPU, which is always exact. */
+static inline void fixture_select_exact(void) { setting_override(SET_CELER_PRECISION, "exact"); }
 
 /* Logit tolerance against transformers: 2e-3 on the CPU, 5e-2 on a GPU
  * ($CELER_DEVICE=cuda..., as `make test-cuda` runs the fixture tests). */

@@ -110,6 +110,7 @@ static void check_model(const char *name) {
 }
 
 int main(void) {
+    fixture_select_exact(); /* the 5e-2 tolerance is the exact precision's */
     FIXTURE_CASES(check_model, 20); /* the twenty families and formats this file was written with */
     return harness_done();
 }

@@ -50,7 +50,7 @@ static int view_problems(const kv_cache *c, int32_t lo, int32_t hi, int keep) {
         int32_t p = a.pos[s];
         if (!((p >= lo && p <= hi) || p < keep)) bad++;
         for (int i = 0; i < ROW; i++)
-            if (a.k[s * a.row_stride + i] != (float)(1000 * p + i) || a.v[s * a.row_stride + i] != -(float)(1000 * p + i)) {
+            if (((const float *)a.k)[s * a.row_stride + i] != (float)(1000 * p + i) || ((const float *)a.v)[s * a.row_stride + i] != -(float)(1000 * p + i)) {
                 bad++;
                 break;
             }

@@ -312,6 +312,20 @@ static void bad_cache_files(void) {
     CHECK(celer_session_load_cache(t, bad) != 0, "a cache file without a version loaded");
     CHECK_STR_HAS(celer_last_error(), "version");
     CHECK(celer_session_load_cache(t, "/nonexistent/x.kv") != 0, "a missing file loaded");
+    /* the file records the element type its rows were computed in (f32 on the CPU);
+     * another name is refused */
+    if (v) v[0] = 'v';
+    char *kd = memmem(data, (size_t)size, "kv_dtype", 8), *f32 = kd ? memmem(kd, 16, "f32", 3) : NULL;
+    CHECK(f32 != NULL, "the cache file records kv_dtype f32");
+    if (f32) {
+        f32[2] = '4'; /* "f34" */
+        out = fopen(bad, "wb");
+        fwrite(data, 1, (size_t)size, out);
+        fclose(out);
+        CHECK(celer_session_load_cache(t, bad) != 0, "a cache file of kv_dtype f34 loaded");
+        CHECK_STR_HAS(celer_last_error(), "kv_dtype");
+        f32[2] = '2';
+    }
     /* fuzz: single-byte corruptions (mostly in the header and metadata) and random
      * truncations either load a sane cache or fail with a message; never crash */
     if (v) v[0] = 'v'; /* undo the damage above: fuzz the good file */
@@ -350,6 +364,7 @@ static void bad_cache_files(void) {
 }
 
 int main(void) {
+    fixture_select_exact(); /* the 5e-2 tolerance is the exact precision's */
     FIXTURE_CASES(check_model, 20); /* the twenty families and formats this file was written with */
     RUN(llama_window);
     RUN(bad_cache_files);

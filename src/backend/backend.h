@@ -19,13 +19,20 @@ typedef struct {
     float attn_factor;   /* cos and sin are multiplied by this */
 } rope_table;
 
-/* What attention reads of one layer's cache: n rows, row r at k + r * row_stride. */
+/* Element types of a KV cache's rows. The CPU backend keeps float32 only; a device
+ * backend may keep bf16 (half the bytes; docs/kv-cache.md). */
+typedef enum { KVT_F32 = 0, KVT_BF16 = 1 } kv_dtype;
+static inline int kv_dtype_size(int dtype) { return dtype == KVT_BF16 ? 2 : 4; }
+
+/* What attention reads of one layer's cache: n rows, row r at k + r * row_stride
+ * elements of the cache's dtype. */
 typedef struct {
-    const float *k;      /* [n, n_kv, head_dim] rows, row_stride floats apart */
-    const float *v;      /* same layout */
+    const void *k;       /* [n, n_kv, head_dim] rows, row_stride elements apart */
+    const void *v;       /* same layout */
     const int32_t *pos;  /* [n] absolute position of each row */
     int n;
     long row_stride;
+    int dtype;           /* kv_dtype of k and v */
 } attn_kv;
 
 typedef struct {
@@ -141,6 +148,9 @@ struct backend {
     void *impl;
     int threads;         /* host threads (CPU) or 0 */
     int device_id;       /* GPU ordinal, or -1 */
+    int fast;            /* a device backend's precision: 1 fast (one-term bf16 products), 0 exact;
+                          * set from CELER_PRECISION when created, then by the model that owns it
+                          * (model/precision.c); the CPU ignores it */
 };
 
 /* CPU backend with n_threads (<= 0: all cores). max_cols bounds the widest weight row. */

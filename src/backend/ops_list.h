@@ -70,10 +70,10 @@
  * cache's view kvs[i] (a host array [n]; a view with k NULL or n 0 is a padding row,
  * whose output is zero) -> out [n, n_heads, head_dim], as attention computes each
  * row alone. max_keys bounds every kvs[i].n (a device backend sizes its key splits
- * by it). */
+ * by it); dtype is the kv_dtype of every view (one per model). */
 #define OP_ARGS_attention_batch(A) \
     A(V, const float *, q) A(V, const int32_t *, qpos) A(V, int, n) A(V, const attn_kv *, kvs) A(V, int, max_keys) \
-    A(S, attn_params, p) A(V, float *, out)
+    A(V, int, dtype) A(S, attn_params, p) A(V, float *, out)
 
 /* g [n] <- silu(g) * u  (act 0) or gelu_tanh(g) * u (act 1) */
 #define OP_ARGS_glu(A) A(V, float *, g) A(V, const float *, u) A(V, long, n) A(V, int, act)
@@ -105,10 +105,12 @@
 #define OP_ARGS_embed(A) A(S, weight, w) A(V, const int32_t *, tok) A(V, int, T) A(V, float, scale) A(V, float *, x)
 
 /* Slots [slot, slot + n) of a cache buffer <- rows k, v [n, row] (backend memory):
- * kd, vd [slots, row] and their positions pd [slots] <- pos [n] (host memory). */
+ * kd, vd [slots, row] of element type dtype (kv_dtype: float32 rows are copied,
+ * bf16 rows rounded to nearest even) and their positions pd [slots] <- pos [n]
+ * (host memory). */
 #define OP_ARGS_put_rows(A) \
-    A(V, float *, kd) A(V, float *, vd) A(V, int32_t *, pd) A(V, long, row) A(V, int, slot) A(V, const float *, k) \
-    A(V, const float *, v) A(V, const int32_t *, pos) A(V, int, n)
+    A(V, void *, kd) A(V, void *, vd) A(V, int32_t *, pd) A(V, long, row) A(V, int, slot) A(V, const float *, k) \
+    A(V, const float *, v) A(V, const int32_t *, pos) A(V, int, n) A(V, int, dtype)
 
 #define BACKEND_OPS(X)      \
     X(matmul, CUSTOM)       \

@@ -96,6 +96,13 @@ const char *celer_setting(const char *name) {
     return id < 0 ? NULL : setting_str((setting_id)id);
 }
 
+int celer_setting_set(const char *name, const char *value) {
+    int id = setting_find(name);
+    if (id < 0) return -1;
+    setting_override((setting_id)id, value);
+    return 0;
+}
+
 void celer_settings_print(FILE *f) {
     static const char *const types[] = {"0|1", "int", "text"};
     fprintf(f, "Environment variables celer reads (docs/settings.md):\n\n");

@@ -43,6 +43,24 @@ static const struct {
     {"--no-mmap", NULL, 0, NULL, NULL, "celer always maps the weights; there is no --no-mmap"},
 };
 
+/* Flags every command that loads a model (has --device) accepts, each standing for
+ * a setting (docs/settings.md) for this process: set by args_parse, applied when the
+ * command reads --device (cli_device_flag, cli/load.c). */
+static const struct {
+    const char *lng, *meta, *setting, *help;
+    const char *values[3];
+} globals[] = {
+    {"--precision", "P", "CELER_PRECISION",
+     "fast or exact: GPU arithmetic (default fast: bf16 activations and KV cache; the CPU is always exact)",
+     {"fast", "exact", NULL}},
+};
+static const char *global_val[sizeof globals / sizeof globals[0]];
+
+void args_apply_globals(void) {
+    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
+        if (global_val[i]) celer_setting_set(globals[i].setting, global_val[i]);
+}
+
 static int find_opt(const args *a, const char *lng) {
     for (int k = 0; k < a->n; k++)
         if (strcmp(a->opts[k].lng, lng) == 0) return k;
@@ -70,6 +88,12 @@ static void print_help(const args *a) {
                  a->opts[i].lng, a->opts[i].meta ? " " : "", a->opts[i].meta ? a->opts[i].meta : "");
         printf("  %-28s %s\n", left, a->opts[i].help);
     }
+    if (find_opt(a, "--device") >= 0)
+        for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++) {
+            char left[64];
+            snprintf(left, sizeof left, "%s %s", globals[i].lng, globals[i].meta);
+            printf("  %-28s %s\n", left, globals[i].help);
+        }
     printf("  %-28s %s\n", "-h, --help", "show this help");
     int any = 0;
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
@@ -162,6 +186,22 @@ int args_parse(args *a, int argc, char **argv) {
             if ((strlen(o->lng) == nlen && strncmp(o->lng, s, nlen) == 0) ||
                 (o->shrt && strcmp(o->shrt, s) == 0))
                 break;
+        }
+        if (k == a->n && s[0] == '-' && find_opt(a, "--device") >= 0) {
+            size_t g = 0;
+            while (g < sizeof globals / sizeof globals[0] && !name_is(s, nlen, globals[g].lng, NULL)) g++;
+            if (g < sizeof globals / sizeof globals[0]) {
+                const char *v = eq && nlen != strlen(s) ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+                int ok = 0;
+                for (int j = 0; v && globals[g].values[j]; j++) ok |= strcmp(v, globals[g].values[j]) == 0;
+                if (!ok) {
+                    if (v) args_usage_error(a, "flag '%s' wants fast or exact, got '%s'", globals[g].lng, v);
+                    else args_usage_error(a, "flag '%s' needs a value (%s)", globals[g].lng, globals[g].meta);
+                    return 2;
+                }
+                global_val[g] = v;
+                continue;
+            }
         }
         if (k == a->n && s[0] == '-') {
             int r = other_tools_flag(a, s, nlen, eq, argc, argv, &i);

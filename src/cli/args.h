@@ -24,6 +24,9 @@ typedef struct {
  * (already printed to stderr). */
 int args_parse(args *a, int argc, char **argv);
 void args_usage_error(const args *a, const char *fmt, ...);
+/* Applies the flags every model-loading command takes (--precision) to the settings
+ * they stand for; cli_device_flag calls it. */
+void args_apply_globals(void);
 /* Value of flag lng, or NULL. */
 const char *args_get(const args *a, const char *lng);
 /* Parses an integer flag in [lo, hi]; def when absent. 0 ok, 2 on error (printed). */

@@ -89,6 +89,7 @@ int cli_device_flag(const args *a) {
         return 2;
     }
     cli_set_device(d);
+    args_apply_globals();
     return 0;
 }
 

@@ -55,13 +55,18 @@ void celer_model_get_info(const celer_model *cm, celer_model_info *info) {
     info->eos_token = m->cfg.eos;
     info->n_params = m->n_params;
     info->weight_bytes = m->weight_bytes;
+    info->precision = m->fast ? "fast" : "exact";
+    info->kv_dtype = m->kv_dtype == KVT_BF16 ? "bf16" : "f32";
 }
 
 kv_cache *engine_cache_new(const model *m, int l, kv_kind kind, int ctx, int max_T) {
     const layer_plan *p = &m->plan[l];
     kv_cache *c = kind == KV_ROTATING ? kv_rotating_new(p->n_kv, p->head_dim, p->window, 0, ctx, max_T)
                                       : kv_dense_new(p->n_kv, p->head_dim, ctx, max_T);
-    if (c && m->be->ops->on_device) c->dev = m->be;
+    if (c && m->be->ops->on_device) {
+        c->dev = m->be;
+        c->dtype = m->kv_dtype;
+    }
     return c;
 }
 

@@ -154,6 +154,9 @@ static int write_snapshots(const celer_model *cm, const celer_snapshot *const *s
                                                 "window", c ? c->window : m->plan[l].window, "keep", c ? c->keep : 0,
                                                 "n_kv", m->plan[l].n_kv, "head_dim", m->plan[l].head_dim));
     }
+    /* the element type the rows were computed in; the tensors are float32 either way
+     * (bf16 rows widen exactly), and loading converts to the loading session's type */
+    json_object_set_new(meta, "kv_dtype", json_string(m->kv_dtype == KVT_BF16 ? "bf16" : "f32"));
     json_object_set_new(meta, "entries", entries);
     int per = 2 + 3 * L, nt = 0, rc = -1;
     st_out *ts = mem_calloc((size_t)(n ? n : 1) * (size_t)per, sizeof *ts, "cache file tensors");
@@ -284,6 +287,9 @@ static int check_layout(const json_t *meta, const model *m, int *n_entries) {
     if (!fmt || strcmp(fmt, CACHE_FORMAT) != 0) return err_set("format is \"%s\", not \"%s\"", fmt ? fmt : "?", CACHE_FORMAT);
     if (meta_int(meta, "version", &ver, "metadata")) return -1;
     if (ver != CACHE_VERSION) return err_set("format version %d; this build reads version %d", ver, CACHE_VERSION);
+    const char *dt = json_string_value(json_object_get(meta, "kv_dtype")); /* absent in files before it existed: f32 */
+    if (dt && strcmp(dt, "f32") != 0 && strcmp(dt, "bf16") != 0)
+        return err_set("kv_dtype \"%s\" is neither f32 nor bf16", dt);
     const json_t *mo = json_object_get(meta, "model");
     const char *mt = json_string_value(json_object_get(mo, "model_type"));
     const char *fp = json_string_value(json_object_get(mo, "fingerprint"));

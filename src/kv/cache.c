@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "tensor/dtype.h"
 
 /* ---- counters ----------------------------------------------------------------- */
 
@@ -56,8 +57,11 @@ int kv_inplace_default(void) {
 
 /* ---- buffers ------------------------------------------------------------------ */
 
-/* Bytes of one row of keys and values plus its position. */
-static size_t row_bytes(long row) { return (size_t)row * 2 * sizeof(float) + sizeof(int32_t); }
+/* Bytes of one row of keys and values of dtype plus its position. */
+static size_t row_bytes(long row, int dtype) { return (size_t)row * 2 * (size_t)kv_dtype_size(dtype) + sizeof(int32_t); }
+
+/* Bytes of n rows of one of k, v. */
+static size_t rows_bytes(const kv_buf *b, long n) { return (size_t)n * (size_t)b->row * (size_t)kv_dtype_size(b->dtype); }
 
 static size_t page_round(size_t n) {
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
@@ -75,8 +79,8 @@ static void buf_unmap(kv_buf *b) {
         b->dev->ops->release(b->dev, b->v);
         b->dev->ops->release(b->dev, b->dpos);
     } else {
-        if (b->k) munmap(b->k, page_round((size_t)b->reserve * (size_t)b->row * sizeof(float)));
-        if (b->v) munmap(b->v, page_round((size_t)b->reserve * (size_t)b->row * sizeof(float)));
+        if (b->k) munmap(b->k, page_round(rows_bytes(b, b->reserve)));
+        if (b->v) munmap(b->v, page_round(rows_bytes(b, b->reserve)));
     }
     if (b->pos) munmap(b->pos, page_round((size_t)b->reserve * sizeof(int32_t)));
 }
@@ -89,22 +93,24 @@ static void buf_destroy(kv_buf *b) {
 
 /* A buffer with address space for `reserve` rows, nothing committed, one holder
  * (device rows: allocated whole, see kv/cache.h). */
-static kv_buf *buf_new(backend *dev, long row, int reserve) {
+static kv_buf *buf_new(backend *dev, long row, int dtype, int reserve) {
     kv_buf *b = calloc(1, sizeof *b);
     if (!b) { err_set("kv cache: out of memory creating a buffer"); return NULL; }
     b->row = row;
+    b->dtype = dev ? dtype : KVT_F32;
     b->reserve = reserve;
     b->dev = dev;
     atomic_init(&b->refs, 1);
     atomic_init(&b->hw, 0);
     atomic_init(&b->cap, 0);
-    size_t fb = (size_t)reserve * (size_t)row * sizeof(float);
+    size_t fb = rows_bytes(b, reserve);
     if (dev) {
         b->k = dev->ops->alloc(dev, fb);
         b->v = b->k ? dev->ops->alloc(dev, fb) : NULL;
         b->dpos = b->v ? dev->ops->alloc(dev, (size_t)reserve * sizeof(int32_t)) : NULL;
         if (!b->dpos) {
-            err_prefix("kv cache: %d rows of %ld floats on %s", reserve, row, dev->ops->name);
+            err_prefix("kv cache: %d rows of %ld %s values on %s", reserve, row, b->dtype == KVT_BF16 ? "bf16" : "f32",
+                       dev->ops->name);
             buf_destroy(b);
             return NULL;
         }
@@ -127,7 +133,7 @@ static int buf_commit(kv_cache *c, kv_buf *b, int top) {
     if (top <= cap) return 0;
     int want = (top + KV_STEP - 1) / KV_STEP * KV_STEP;
     if (want > b->reserve) want = b->reserve;
-    size_t fb = (size_t)want * (size_t)b->row * sizeof(float);
+    size_t fb = rows_bytes(b, want);
     if ((!b->dev && (mprotect(b->k, page_round(fb), PROT_READ | PROT_WRITE) != 0 ||
                      mprotect(b->v, page_round(fb), PROT_READ | PROT_WRITE) != 0)) ||
         mprotect(b->pos, page_round((size_t)want * sizeof(int32_t)), PROT_READ | PROT_WRITE) != 0)
@@ -168,29 +174,29 @@ static int reserve_rows(const kv_cache *c, int top) {
 
 /* Slots [d, d + n) of dst <- slots [s, s + n) of src (same row width and memory). */
 static void copy_rows(kv_buf *dst, int d, const kv_buf *src, int s, int n) {
-    size_t fb = (size_t)n * (size_t)dst->row * sizeof(float);
-    long od = (long)d * dst->row, os = (long)s * src->row;
+    size_t fb = rows_bytes(dst, n);
+    size_t od = rows_bytes(dst, d), os = rows_bytes(src, s); /* byte offsets */
     memmove(dst->pos + d, src->pos + s, (size_t)n * sizeof(int32_t));
     if (dst->dev) {
         backend *b = dst->dev;
-        b->ops->copy(b, dst->k + od, src->k + os, fb);
-        b->ops->copy(b, dst->v + od, src->v + os, fb);
+        b->ops->copy(b, (char *)dst->k + od, (const char *)src->k + os, fb);
+        b->ops->copy(b, (char *)dst->v + od, (const char *)src->v + os, fb);
         b->ops->copy(b, dst->dpos + d, src->dpos + s, (size_t)n * sizeof(int32_t));
     } else {
-        memmove(dst->k + od, src->k + os, fb);
-        memmove(dst->v + od, src->v + os, fb);
+        memmove((char *)dst->k + od, (const char *)src->k + os, fb);
+        memmove((char *)dst->v + od, (const char *)src->v + os, fb);
     }
 }
 
 /* Slots [s, s + n) of b <- rows k, v [n, row] (memory of b's kind) at positions pos [n] (host). */
 static void put_rows(kv_buf *b, int s, const float *k, const float *v, const int32_t *pos, int n) {
-    size_t fb = (size_t)n * (size_t)b->row * sizeof(float);
+    size_t fb = rows_bytes(b, n);
     memcpy(b->pos + s, pos, (size_t)n * sizeof(int32_t));
     if (b->dev) {
-        b->dev->ops->put_rows(b->dev, b->k, b->v, b->dpos, b->row, s, k, v, pos, n);
+        b->dev->ops->put_rows(b->dev, b->k, b->v, b->dpos, b->row, s, k, v, pos, n, b->dtype);
     } else {
-        memcpy(b->k + (long)s * b->row, k, fb);
-        memcpy(b->v + (long)s * b->row, v, fb);
+        memcpy((float *)b->k + (long)s * b->row, k, fb);
+        memcpy((float *)b->v + (long)s * b->row, v, fb);
     }
 }
 
@@ -203,7 +209,7 @@ static int cow(kv_cache *c, int top) {
         nb = c->spare;
         c->spare = NULL;
     } else {
-        if (!(nb = buf_new(c->dev, c->row, reserve))) return -1;
+        if (!(nb = buf_new(c->dev, c->row, c->dtype, reserve))) return -1;
         count(c, 0, 0, 0, 1);
     }
     if (buf_commit(c, nb, top) != 0) {
@@ -213,7 +219,7 @@ static int cow(kv_cache *c, int top) {
     }
     if (c->buf && c->n > 0) {
         copy_rows(nb, 0, c->buf, 0, c->n);
-        count(c, 0, (uint64_t)c->n * row_bytes(c->row), 1, 0);
+        count(c, 0, (uint64_t)c->n * row_bytes(c->row, c->buf ? c->buf->dtype : c->dtype), 1, 0);
     }
     atomic_store(&nb->hw, c->n);
     buf_release(c, c->buf);
@@ -329,7 +335,7 @@ static int prepare(kv_cache *c, int32_t p0, int T, int *copied) {
     int nd = count_dead(c, drop_below(c, p0), INT32_MAX);
     int new_n = c->n + T - nd, top = new_n > c->n ? new_n : c->n;
     if (!c->buf) {
-        if (!(c->buf = buf_new(c->dev, c->row, reserve_rows(c, top)))) return -1;
+        if (!(c->buf = buf_new(c->dev, c->row, c->dtype, reserve_rows(c, top)))) return -1;
         count(c, 0, 0, 0, 1);
         if (buf_commit(c, c->buf, top) != 0) {
             buf_release(NULL, c->buf);
@@ -367,7 +373,7 @@ static void compact(kv_cache *c, int32_t lo, int32_t hi, int new_n) {
         src--;
         moved++;
     }
-    if (moved) count(c, 0, (uint64_t)moved * row_bytes(c->row), 0, 0);
+    if (moved) count(c, 0, (uint64_t)moved * row_bytes(c->row, c->buf ? c->buf->dtype : c->dtype), 0, 0);
 }
 
 int kv_append(kv_cache *c, const float *k, const float *v, const int32_t *pos, int T) {
@@ -405,7 +411,7 @@ int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos,
     if (c->n != 0 || c->buf) return err_set("kv cache: set_rows on a cache that is not empty");
     if (n < 0) return err_set("kv cache: %d rows", n);
     if (n == 0) return 0;
-    if (!(c->buf = buf_new(c->dev, c->row, reserve_rows(c, n)))) return -1;
+    if (!(c->buf = buf_new(c->dev, c->row, c->dtype, reserve_rows(c, n)))) return -1;
     count(c, 0, 0, 0, 1);
     if (buf_commit(c, c->buf, n) != 0) {
         buf_release(NULL, c->buf);
@@ -413,9 +419,20 @@ int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos,
         return -1;
     }
     kv_buf *b = c->buf;
-    size_t fb = (size_t)n * (size_t)c->row * sizeof(float);
+    size_t fb = rows_bytes(b, n);
     memcpy(b->pos, pos, (size_t)n * sizeof(int32_t));
-    if (b->dev) {
+    if (b->dev && b->dtype == KVT_BF16) {
+        /* rounded on the host as put_rows rounds on the device (nearest even) */
+        size_t cnt = (size_t)n * (size_t)b->row;
+        uint16_t *t = malloc(cnt ? 2 * cnt : 1);
+        if (!t) return err_set("kv cache: out of memory converting %zu rows to bf16", (size_t)n);
+        for (size_t i = 0; i < cnt; i++) t[i] = f32_to_bf16(k[i]);
+        b->dev->ops->upload(b->dev, b->k, t, fb);
+        for (size_t i = 0; i < cnt; i++) t[i] = f32_to_bf16(v[i]);
+        b->dev->ops->upload(b->dev, b->v, t, fb);
+        b->dev->ops->upload(b->dev, b->dpos, pos, (size_t)n * sizeof(int32_t));
+        free(t);
+    } else if (b->dev) {
         b->dev->ops->upload(b->dev, b->k, k, fb);
         b->dev->ops->upload(b->dev, b->v, v, fb);
         b->dev->ops->upload(b->dev, b->dpos, pos, (size_t)n * sizeof(int32_t));
@@ -434,12 +451,13 @@ void kv_view(const kv_cache *c, attn_kv *out) {
     out->pos = c->buf ? (c->buf->dev ? c->buf->dpos : c->buf->pos) : NULL;
     out->n = c->n;
     out->row_stride = c->row;
+    out->dtype = c->buf ? c->buf->dtype : c->dtype;
 }
 
 int kv_rows_to_host(const kv_cache *c, float **k, float **v) {
     *k = *v = NULL;
     if (!c->buf || !c->buf->dev) return 0;
-    size_t fb = (size_t)c->n * (size_t)c->row * sizeof(float);
+    size_t cnt = (size_t)c->n * (size_t)c->row, fb = cnt * sizeof(float);
     *k = malloc(fb ? fb : 1);
     *v = malloc(fb ? fb : 1);
     if (!*k || !*v) {
@@ -447,8 +465,23 @@ int kv_rows_to_host(const kv_cache *c, float **k, float **v) {
         *k = *v = NULL;
         return err_set("kv cache: out of memory copying %zu bytes of rows to the host", 2 * fb);
     }
-    c->buf->dev->ops->download(c->buf->dev, *k, c->buf->k, fb);
-    c->buf->dev->ops->download(c->buf->dev, *v, c->buf->v, fb);
+    backend *d = c->buf->dev;
+    if (c->buf->dtype == KVT_BF16) {
+        /* bf16 rows land in the second half of each float array, then widen in place
+         * from the front (element i is read at byte 2 * cnt + 2 * i >= 4 * i before
+         * element i is written) */
+        uint16_t *hk = (uint16_t *)*k + cnt, *hv = (uint16_t *)*v + cnt;
+        d->ops->download(d, hk, c->buf->k, cnt * 2);
+        d->ops->download(d, hv, c->buf->v, cnt * 2);
+        for (size_t i = 0; i < cnt; i++) {
+            const uint16_t a = hk[i], b = hv[i];
+            (*k)[i] = bf16_to_f32(a);
+            (*v)[i] = bf16_to_f32(b);
+        }
+        return 0;
+    }
+    d->ops->download(d, *k, c->buf->k, fb);
+    d->ops->download(d, *v, c->buf->v, fb);
     return 0;
 }
 
@@ -528,8 +561,8 @@ size_t kv_trim(kv_cache *c) {
     if (!b || b->dev || atomic_load(&b->refs) != 1) return 0; /* device rows are allocated whole */
     int cap = atomic_load(&b->cap), want = (c->n + KV_STEP - 1) / KV_STEP * KV_STEP;
     if (want >= cap) return 0;
-    size_t fb_keep = page_round((size_t)want * (size_t)b->row * sizeof(float));
-    size_t fb_cap = page_round((size_t)cap * (size_t)b->row * sizeof(float));
+    size_t fb_keep = page_round(rows_bytes(b, want));
+    size_t fb_cap = page_round(rows_bytes(b, cap));
     size_t pb_keep = page_round((size_t)want * sizeof(int32_t)), pb_cap = page_round((size_t)cap * sizeof(int32_t));
     /* madvise drops the pages, mprotect makes them unusable again until recommitted */
     if (fb_cap > fb_keep) {
@@ -547,7 +580,7 @@ size_t kv_trim(kv_cache *c) {
     atomic_store(&b->hw, c->n);
     c->claim = 0;
     c->ready_T = 0;
-    return (size_t)(cap - want) * row_bytes(c->row);
+    return (size_t)(cap - want) * row_bytes(c->row, c->buf ? c->buf->dtype : c->dtype);
 }
 
 /* ---- inspection --------------------------------------------------------------- */
@@ -556,10 +589,10 @@ size_t kv_bytes(const kv_cache *c) {
     if (!c || !c->buf) return 0;
     /* a device buffer is allocated whole (no commit in steps yet) */
     const int rows = c->buf->dev ? c->buf->reserve : atomic_load(&c->buf->cap);
-    return (size_t)rows * row_bytes(c->row);
+    return (size_t)rows * row_bytes(c->row, c->buf ? c->buf->dtype : c->dtype);
 }
 
-size_t kv_view_bytes(const kv_cache *c) { return c ? (size_t)c->n * row_bytes(c->row) : 0; }
+size_t kv_view_bytes(const kv_cache *c) { return c ? (size_t)c->n * row_bytes(c->row, c->buf ? c->buf->dtype : c->dtype) : 0; }
 
 int kv_sane(const kv_cache *c) {
     if (c->n < 0) return !err_set("kv cache: n %d < 0", c->n);

@@ -1,7 +1,7 @@
 /* kv/cache.h: per-layer KV caches (dense and rotating) over reference-counted row
  * buffers. A cache owns nothing but a reference to its buffer and its view of it:
- * slots [0, n) of the buffer, each a row of keys and values (float32,
- * [n_kv, head_dim]) with the absolute position it was computed at. Attention reads
+ * slots [0, n) of the buffer, each a row of keys and values ([n_kv, head_dim],
+ * float32, or bf16 in device memory when the cache's dtype says so) with the absolute position it was computed at. Attention reads
  * those slots in place through kv_view; slot order is irrelevant to it (it masks by
  * position), which is what lets a rotating cache overwrite its oldest slot.
  *
@@ -57,9 +57,10 @@ typedef struct {
     atomic_int hw;           /* slots [0, hw) may be visible to some holder */
     atomic_int cap;          /* slots committed */
     int reserve;             /* slots of address space reserved */
-    long row;                /* floats per row: n_kv * head_dim */
-    float *k;                /* [reserve, n_kv, head_dim], first cap rows usable */
-    float *v;                /* [reserve, n_kv, head_dim] */
+    long row;                /* elements per row: n_kv * head_dim */
+    int dtype;               /* kv_dtype of k and v (KVT_BF16 only in device memory) */
+    void *k;                 /* [reserve, n_kv, head_dim], first cap rows usable */
+    void *v;                 /* [reserve, n_kv, head_dim] */
     int32_t *pos;            /* [reserve] absolute position of each slot's row (host) */
     backend *dev;            /* NULL: k and v are host memory; else that device's memory */
     int32_t *dpos;           /* dev: [reserve] device mirror of pos, what attention reads */
@@ -68,7 +69,8 @@ typedef struct {
 typedef struct {
     kv_kind kind;
     int n_kv, head_dim;
-    long row;        /* floats per row: n_kv * head_dim */
+    long row;        /* elements per row: n_kv * head_dim */
+    int dtype;       /* kv_dtype of the rows (KVT_F32 unless set, with dev, before the first write) */
     int max;         /* dense: rows it may hold (the context limit) */
     int window;      /* rotating: W, keys a query may see (itself included) */
     int keep;        /* rotating: the first `keep` rows written are never dropped */
@@ -114,14 +116,15 @@ int kv_prepare(kv_cache *c, int32_t p0, int T);
  * query can see. -1 on error (see kv_prepare), leaving the cache unchanged. */
 int kv_append(kv_cache *c, const float *k, const float *v, const int32_t *pos, int T);
 /* Fills an empty cache with n rows in the given slot order (k, v: [n, n_kv,
- * head_dim] host memory, pos [n]), as a cache file stores them; check kv_sane afterwards.
+ * head_dim] float32 host memory, pos [n], rounded to the cache's dtype), as a cache
+ * file stores them; check kv_sane afterwards.
  * -1 when c is not empty or memory runs out. */
 int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos, int n);
 /* What attention reads: slots [0, n) and their positions, in place (device
  * pointers for a device cache). */
 void kv_view(const kv_cache *c, attn_kv *out);
-/* Host copies of the view's keys and values ([n, n_kv, head_dim] each, caller frees
- * both) for a device cache; *k = *v = NULL for a host cache (read kv_view instead).
+/* Host float32 copies of the view's keys and values ([n, n_kv, head_dim] each,
+ * caller frees both; bf16 rows widened exactly) for a device cache; *k = *v = NULL for a host cache (read kv_view instead).
  * -1 on out of memory. */
 int kv_rows_to_host(const kv_cache *c, float **k, float **v);
 

@@ -182,7 +182,7 @@ static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scra
             kv_view(seqs[i].caches[src], &kvs[i]);
             if (kvs[i].n > max_keys) max_keys = kvs[i].n;
         }
-        op->attention_batch(b, q, s->pos, T, kvs, max_keys, &ap, s->att);
+        op->attention_batch(b, q, s->pos, T, kvs, max_keys, kvs[0].dtype, &ap, s->att);
         op->matmul(b, &w->wo, s->att, s->xn, T);
         add_bias(b, s->xn, w->bo, T, H);
         owe(s, s->xn, w->attn_post_norm);

@@ -197,6 +197,7 @@ model *model_open(const char *dir, int n_threads, const char *device) {
     if (bind_model(m) != 0) goto fail;
     m->fingerprint = fingerprint(m);
     if (!(m->be = backend_open(device, n_threads, max_cols(m)))) goto fail;
+    if (model_precision_init(m) != 0) goto fail;
     if (model_upload(m) != 0) goto fail;
     return m;
 fail:

@@ -182,10 +182,18 @@ struct model {
     quant_cfg quant;
     backend *be;
     int on_device;             /* vectors and weights were handed to a device backend */
+    int fast;                  /* the device's fast precision (model/precision.c); 0 on the CPU */
+    int kv_dtype;              /* kv_dtype of every KV cache of this model */
     uint64_t fingerprint;      /* identity for cache files (taken before any upload) */
     size_t weight_bytes;       /* bytes one token's forward reads */
     int64_t n_params;
 };
+
+/* The precision settings (CELER_PRECISION, CELER_KV_DTYPE) checked and applied to
+ * m->fast and m->kv_dtype for m's backend; -1 with a message naming the setting.
+ * model_precision_fast: whether a backend (on_device) runs the fast path. */
+int model_precision_init(model *m);
+int model_precision_fast(int on_device);
 
 /* Opens a checkpoint directory and binds it; NULL with a message naming the file. */
 model *model_open(const char *dir, int n_threads, const char *device);

@@ -58,7 +58,7 @@ void registry_model_types(char *buf, size_t n) {
 
 registry_layer_kv registry_layer_cache(const model *m, int l, int ctx) {
     const layer_plan *p = &m->plan[l];
-    registry_layer_kv r = {KV_DENSE, p->kv_source >= 0, 0, 2 * (uint64_t)p->n_kv * (uint64_t)p->head_dim * sizeof(float)};
+    registry_layer_kv r = {KV_DENSE, p->kv_source >= 0, 0, 2 * (uint64_t)p->n_kv * (uint64_t)p->head_dim * (uint64_t)kv_dtype_size(m->kv_dtype)};
     if (p->window > 0 && p->window < ctx) {
         r.kind = KV_ROTATING;
         r.window = p->window;

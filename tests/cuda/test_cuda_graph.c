@@ -81,6 +81,7 @@ static void gemma3_rotating(void) { graphs_match("tests/fixtures/models/gemma3")
 static void llama_q4(void) { graphs_match("tests/fixtures/models/llama-q4"); }
 
 int main(void) {
+    fixture_select_exact(); /* the 5e-2 tolerance is the exact precision's */
     RUN(default_model);
     RUN(gemma3_rotating);
     RUN(llama_q4);

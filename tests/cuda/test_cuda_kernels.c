@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "base/err.h"
+#include "base/settings.h"
 #include "harness.h"
 #include "tensor/dtype.h"
 #include "tensor/weight.h"
@@ -114,7 +115,8 @@ static double rel_err(const float *got, const double *ref, long n) {
 
 static cublasHandle_t cublas;
 
-static void check_matmul(const char *name, weight_fmt fmt, long rows, long cols, int bits, int group, scale_type st) {
+/* fast: the GEMMs of the fast precision (activations rounded once to bf16) */
+static void check_matmul_p(const char *name, weight_fmt fmt, long rows, long cols, int bits, int group, scale_type st, int fast) {
     twin w = make_weight(fmt, rows, cols, bits, group, st);
     const int Ts[] = {1, 2, 3, 8, 33, 130};
     for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
@@ -138,22 +140,29 @@ static void check_matmul(const char *name, weight_fmt fmt, long rows, long cols,
             uint16_t *xbf, *wbf;
             CK(cudaMalloc((void **)&xbf, cuk_gemm_xbf_elems(T, cols) * 2));
             CK(cudaMalloc((void **)&wbf, cuk_gemm_wbf_elems(257, cols) * 2));
-            rc = cuk_gemm(cublas, &w.d, dx, dy, T, xbf, wbf, 257, NULL);
+            rc = cuk_gemm(cublas, &w.d, dx, dy, T, xbf, wbf, 257, fast, NULL);
             CK(cudaDeviceSynchronize());
             cudaFree(xbf);
             cudaFree(wbf);
-            /* activations and dequantized weights split into two bf16 terms */
-            tol = getenv("CUK_GEMM_BF16X1") ? 1e-2 : 1e-4;
+            /* exact: activations and dequantized weights split into two bf16 terms; fast:
+             * one rounding of each (relative error about 2^-9 per operand) */
+            tol = fast || getenv("CUK_GEMM_BF16X1") ? 1e-2 : 1e-4;
         }
         CHECK(rc == 0, "%s T=%d: %s", name, T, err_msg());
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(y, dy, (size_t)T * rows * 4, cudaMemcpyDeviceToHost));
         double *ref = ref_matmul(&w.h, x, T);
         double e = rel_err(y, ref, (long)T * rows);
-        CHECK(e <= tol, "%s [%ld x %ld] T=%d: relative error %g (tolerance %g)", name, rows, cols, T, e, tol);
+        CHECK(e <= tol, "%s%s [%ld x %ld] T=%d: relative error %g (tolerance %g)", name, fast ? " (fast)" : "", rows, cols, T,
+              e, tol);
         free(ref); free(x); free(y); cudaFree(dx); cudaFree(dy);
     }
     free_twin(&w);
+}
+
+static void check_matmul(const char *name, weight_fmt fmt, long rows, long cols, int bits, int group, scale_type st) {
+    check_matmul_p(name, fmt, rows, cols, bits, group, st, 0);
+    check_matmul_p(name, fmt, rows, cols, bits, group, st, 1);
 }
 
 static void matmul_formats(void) {
@@ -259,25 +268,35 @@ static void ops(void) {
     free(x); free(w); free(y); cudaFree(dx); cudaFree(dw); cudaFree(dy);
 }
 
-static void check_attention(int T, int n, int hd, int nh, int nkv, int window, float softcap, int sinks) {
+/* bf16: the cache holds bf16 rows (the reference reads the same rounded values);
+ * attention over it runs flash attention on the tensor cores (head dims 64-256),
+ * which also rounds the queries and the softmax weights to bf16 (tolerance 1e-2) */
+static void check_attention_t(int T, int n, int hd, int nh, int nkv, int window, float softcap, int sinks, int bf16) {
     long row = (long)nkv * hd;
     float *q = malloc((size_t)T * nh * hd * 4), *k = malloc((size_t)n * row * 4), *v = malloc((size_t)n * row * 4);
     float sk[64], *out = malloc((size_t)T * nh * hd * 4);
     int32_t *qp = malloc(T * 4), *kp = malloc(n * 4);
     for (long i = 0; i < (long)T * nh * hd; i++) q[i] = frand();
     for (long i = 0; i < n * row; i++) { k[i] = frand(); v[i] = frand(); }
+    uint16_t *kb = malloc(n * row * 2), *vb = malloc(n * row * 2);
+    for (long i = 0; i < n * row; i++) {
+        kb[i] = f32_to_bf16(k[i]);
+        vb[i] = f32_to_bf16(v[i]);
+        if (bf16) { k[i] = bf16_to_f32(kb[i]); v[i] = bf16_to_f32(vb[i]); }
+    }
     for (int i = 0; i < 64; i++) sk[i] = frand();
     /* keys in ring order: positions rotated so the mask must use pos[], not the index */
     for (int j = 0; j < n; j++) kp[j] = (j + n / 3) % n;
     for (int t = 0; t < T; t++) qp[t] = n - T + t;
     attn_params p = {nh, nkv, hd, 1.f / sqrtf((float)hd), window, softcap, NULL};
-    float *dq = dup_dev(q, (size_t)T * nh * hd * 4), *dk = dup_dev(k, n * row * 4), *dv = dup_dev(v, n * row * 4);
+    float *dq = dup_dev(q, (size_t)T * nh * hd * 4);
+    void *dk = bf16 ? dup_dev(kb, n * row * 2) : dup_dev(k, n * row * 4), *dv = bf16 ? dup_dev(vb, n * row * 2) : dup_dev(v, n * row * 4);
     float *dsk = dup_dev(sk, sizeof sk), *dout, *work;
     int32_t *dqp = dup_dev(qp, T * 4), *dkp = dup_dev(kp, n * 4);
     CK(cudaMalloc((void **)&dout, (size_t)T * nh * hd * 4));
     CK(cudaMalloc((void **)&work, cuk_attention_work(T, nh, hd, n) * 4));
     if (sinks) p.sinks = dsk;
-    attn_kv kv = {dk, dv, dkp, n, row};
+    attn_kv kv = {dk, dv, dkp, n, row, bf16 ? KVT_BF16 : KVT_F32};
     CHECK(cuk_attention(dq, dqp, T, &kv, NULL, &p, dout, work, NULL) == 0, "attention: %s", err_msg());
     CK(cudaMemcpy(out, dout, (size_t)T * nh * hd * 4, cudaMemcpyDeviceToHost));
     double num = 0, den = 0;
@@ -307,11 +326,17 @@ static void check_attention(int T, int n, int hd, int nh, int nkv, int window, f
                 den += a * a;
             }
         }
-    double e = sqrt(num / den);
-    CHECK(e < 1e-4, "attention T=%d n=%d hd=%d window=%d softcap=%g sinks=%d: relative error %g", T, n, hd, window, softcap,
-          sinks, e);
+    double e = sqrt(num / den), tol = bf16 ? 1e-2 : 1e-4;
+    CHECK(e < tol, "attention T=%d n=%d hd=%d window=%d softcap=%g sinks=%d%s: relative error %g (tolerance %g)", T, n, hd,
+          window, softcap, sinks, bf16 ? " bf16 cache" : "", e, tol);
+    free(kb); free(vb);
     free(s); free(q); free(k); free(v); free(out); free(qp); free(kp);
     cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dsk); cudaFree(dout); cudaFree(work); cudaFree(dqp); cudaFree(dkp);
+}
+
+static void check_attention(int T, int n, int hd, int nh, int nkv, int window, float softcap, int sinks) {
+    check_attention_t(T, n, hd, nh, nkv, window, softcap, sinks, 0);
+    check_attention_t(T, n, hd, nh, nkv, window, softcap, sinks, 1);
 }
 
 static void attention(void) {
@@ -334,6 +359,11 @@ static void attention(void) {
     check_attention(24, 1500, 512, 4, 1, 700, 0, 0);
     check_attention(30, 1030, 192, 6, 2, 0, 0, 0);
     check_attention(1, 20000, 128, 4, 4, 0, 0, 0);
+    /* flash attention (bf16 cache): a chunk appended to a long context, GQA 4, rows
+     * and keys off the 64 tiles; head dims 64-256 */
+    check_attention(130, 1500, 128, 32, 8, 0, 0, 0);
+    check_attention(77, 77, 64, 16, 2, 0, 0, 1);
+    check_attention(65, 600, 256, 8, 2, 100, 30.f, 1);
 }
 
 /* ---- benchmark: decode matvec bandwidth beside a device-to-device copy ---- */
@@ -427,7 +457,7 @@ static void bench(void) {
         float tt[20];
         for (int i = 0; i < 23; i++) {
             CK(cudaEventRecord(e0, 0));
-            cuk_gemm(cublas, &w.d, dx, dy, 512, xbf, NULL, 0, NULL);
+            cuk_gemm(cublas, &w.d, dx, dy, 512, xbf, NULL, 0, 0, NULL);
             CK(cudaEventRecord(e1, 0));
             CK(cudaEventSynchronize(e1));
             if (i >= 3) tt[i - 3] = time_ms(e0, e1);
@@ -435,7 +465,75 @@ static void bench(void) {
         qsort(tt, 20, sizeof *tt, cmpf);
         printf("gemm bf16 512x4096x14336 (incl. x->bf16): %.1f us, %.0f TFLOP/s\n", tt[10] * 1e3,
                2.0 * 512 * 4096 * 14336 / (tt[10] * 1e-3) / 1e12);
+        /* the product alone, float32 and bf16 output: what cuBLAS gives this shape */
+        for (int ot = 0; ot < 2; ot++) {
+            const float one = 1.f, zero = 0.f;
+            for (int i = 0; i < 23; i++) {
+                CK(cudaEventRecord(e0, 0));
+                cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, 14336, 512, 4096, &one, w.d.data, CUDA_R_16BF, 4096, xbf,
+                             CUDA_R_16BF, 4096, &zero, dy, ot ? CUDA_R_16BF : CUDA_R_32F, 14336, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT);
+                CK(cudaEventRecord(e1, 0));
+                CK(cudaEventSynchronize(e1));
+                if (i >= 3) tt[i - 3] = time_ms(e0, e1);
+            }
+            qsort(tt, 20, sizeof *tt, cmpf);
+            printf("cublasGemmEx bf16 512x4096x14336, %s output: %.1f us, %.0f TFLOP/s\n", ot ? "bf16" : "f32", tt[10] * 1e3,
+                   2.0 * 512 * 4096 * 14336 / (tt[10] * 1e-3) / 1e12);
+        }
         free_twin(&w); cudaFree(dx); cudaFree(dy); cudaFree(xbf);
+    }
+    /* prefill attention, llama3-8b's shape: 512 queries after `depth` cached keys,
+     * f32 cache (tiled CUDA-core kernel), bf16 cache with the tensor cores off, and
+     * flash attention on the tensor cores */
+    const int cfgs[3][2] = {{512, 0}, {512, 4096}, {1, 4096}}; /* T, depth */
+    for (int ci = 0; ci < 3; ci++) {
+        const int T = cfgs[ci][0], depth = cfgs[ci][1], n = depth + T, nh = 32, nkv = 8, hd = 128;
+        const long row = (long)nkv * hd;
+        float *dq, *dout, *dk32, *dv32, *work;
+        CK(cudaMalloc((void **)&work, cuk_attention_work(T, nh, hd, n) * 4));
+        uint16_t *dk16, *dv16;
+        int32_t *dqp, *dkp;
+        CK(cudaMalloc((void **)&dq, (size_t)T * nh * hd * 4));
+        CK(cudaMalloc((void **)&dout, (size_t)T * nh * hd * 4));
+        CK(cudaMalloc((void **)&dk32, (size_t)n * row * 4));
+        CK(cudaMalloc((void **)&dv32, (size_t)n * row * 4));
+        CK(cudaMalloc((void **)&dk16, (size_t)n * row * 2));
+        CK(cudaMalloc((void **)&dv16, (size_t)n * row * 2));
+        CK(cudaMemset(dk32, 0, (size_t)n * row * 4));
+        CK(cudaMemset(dv32, 0, (size_t)n * row * 4));
+        CK(cudaMemset(dk16, 0, (size_t)n * row * 2));
+        CK(cudaMemset(dv16, 0, (size_t)n * row * 2));
+        CK(cudaMemset(dq, 0, (size_t)T * nh * hd * 4));
+        int32_t *hp = malloc((size_t)n * 4);
+        for (int j = 0; j < n; j++) hp[j] = j;
+        dkp = dup_dev(hp, (size_t)n * 4);
+        dqp = dup_dev(hp + depth, (size_t)T * 4);
+        free(hp);
+        attn_params p = {nh, nkv, hd, 0.088f, 0, 0, NULL};
+        const char *names[3] = {"f32 cache, CUDA cores", "bf16 cache, CUDA cores", "bf16 cache, flash (tensor cores)"};
+        for (int mode = 0; mode < 3; mode++) {
+            attn_kv kv = {mode ? (void *)dk16 : (void *)dk32, mode ? (void *)dv16 : (void *)dv32, dkp, n, row,
+                          mode ? KVT_BF16 : KVT_F32};
+            setting_override(SET_CUK_ATTN_NO_MMA, mode == 1 ? "1" : "0");
+            float tt[10];
+            for (int i = 0; i < 12; i++) {
+                CK(cudaEventRecord(e0, 0));
+                cuk_attention(dq, dqp, T, &kv, NULL, &p, dout, work, NULL);
+                CK(cudaEventRecord(e1, 0));
+                CK(cudaEventSynchronize(e1));
+                if (i >= 2) tt[i - 2] = time_ms(e0, e1);
+            }
+            qsort(tt, 10, sizeof *tt, cmpf);
+            /* causal: query t sees depth + t + 1 keys; 4 flops per (query, key, channel, head) */
+            const double fl = 4.0 * nh * hd * ((double)T * depth + (double)T * (T + 1) / 2);
+            const double kvb = 2.0 * n * row * (mode ? 2 : 4); /* bytes of K and V read once */
+            printf("attention T=%d after %d keys, %s: %.1f us, %.0f TFLOP/s, %.0f GB/s of KV\n", T, depth, names[mode],
+                   tt[5] * 1e3, fl / (tt[5] * 1e-3) / 1e12, kvb / (tt[5] * 1e-3) / 1e9);
+        }
+        setting_override(SET_CUK_ATTN_NO_MMA, NULL);
+        cudaFree(dq); cudaFree(dout); cudaFree(dk32); cudaFree(dv32); cudaFree(dk16); cudaFree(dv16); cudaFree(dqp); cudaFree(dkp);
+        cudaFree(work);
     }
 }
 

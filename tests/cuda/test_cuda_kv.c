@@ -71,6 +71,7 @@ out:
 }
 
 int main(void) {
+    fixture_select_exact(); /* the 5e-2 tolerance is the exact precision's */
     RUN(device_cache_matches_cpu);
     return harness_done();
 }

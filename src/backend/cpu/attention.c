@@ -48,7 +48,7 @@ static void attend_one(const attn_job *j, int t, int h) {
         for (int r = r0; r < kv->n && r < r0 + KB; r++) {
             int32_t kp = kv->pos[r];
             if (kp > qp || (p->window > 0 && qp - kp >= p->window)) continue;
-            const float *k = kv->k + (long)r * kv->row_stride + (long)g * hd;
+            const float *k = (const float *)kv->k + (long)r * kv->row_stride + (long)g * hd;
             float d = j->k->dot(q, k, hd) * p->scale;
             if (p->softcap > 0) d = p->softcap * tanhf(d / p->softcap);
             s[nb] = d;
@@ -65,7 +65,7 @@ static void attend_one(const attn_job *j, int t, int h) {
         for (int i = 0; i < nb; i++) {
             float e = expf(s[i] - m);
             l += e;
-            const float *v = kv->v + (long)idx[i] * kv->row_stride + (long)g * hd;
+            const float *v = (const float *)kv->v + (long)idx[i] * kv->row_stride + (long)g * hd;
             j->k->scale_axpy(o, i == 0 ? f : 1.0f, e, v, hd);
         }
     }
@@ -91,8 +91,9 @@ void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const
 }
 
 void cpu_attention_batch(backend *b, const float *q, const int32_t *qpos, int n, const attn_kv *kvs, int max_keys,
-                         const attn_params *p, float *out) {
+                         int dtype, const attn_params *p, float *out) {
     (void)max_keys;
+    (void)dtype; /* float32: the CPU's only cache type */
     const long qd = (long)p->n_heads * p->head_dim;
     for (int i = 0; i < n; i++) {
         if (!kvs[i].k || kvs[i].n <= 0) {

@@ -11,6 +11,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "tensor/dtype.h"
 
 static cpu_backend *cpu(backend *b) { return b->impl; }
 
@@ -116,11 +117,20 @@ void cpu_embed(backend *b, const weight *w, const int32_t *tok, int T, float sca
     }
 }
 
-void cpu_put_rows(backend *b, float *kd, float *vd, int32_t *pd, long row, int slot, const float *k,
-                         const float *v, const int32_t *pos, int n) {
+void cpu_put_rows(backend *b, void *kd, void *vd, int32_t *pd, long row, int slot, const float *k, const float *v,
+                  const int32_t *pos, int n, int dtype) {
     (void)b;
-    memcpy(kd + (long)slot * row, k, (size_t)n * (size_t)row * sizeof(float));
-    memcpy(vd + (long)slot * row, v, (size_t)n * (size_t)row * sizeof(float));
+    const long total = (long)n * row;
+    if (dtype == KVT_BF16) { /* never chosen on the CPU (its attention reads float32), kept correct anyway */
+        uint16_t *kb = (uint16_t *)kd + (long)slot * row, *vb = (uint16_t *)vd + (long)slot * row;
+        for (long i = 0; i < total; i++) {
+            kb[i] = f32_to_bf16(k[i]);
+            vb[i] = f32_to_bf16(v[i]);
+        }
+    } else {
+        memcpy((float *)kd + (long)slot * row, k, (size_t)total * sizeof(float));
+        memcpy((float *)vd + (long)slot * row, v, (size_t)total * sizeof(float));
+    }
     memcpy(pd + slot, pos, (size_t)n * sizeof(int32_t));
 }
 

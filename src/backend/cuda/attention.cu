@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_elem.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_kernels.h"
@@ -22,15 +23,16 @@ static int n_splits(int n_keys) {
 }
 
 extern "C" size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys) {
-    return (size_t)T * n_heads * n_splits(n_keys) * (head_dim + 2);
+    const size_t a = (size_t)T * n_heads * n_splits(n_keys) * (head_dim + 2), b = cuk_flash_work(T, n_heads, head_dim, n_keys);
+    return a > b ? a : b;
 }
 
 extern "C" int cuk_attention_bucket(int n_keys) { return n_splits(n_keys) * KEYS_PER_SPLIT; }
 
 /* grid (T * n_heads, splits); partial [T*n_heads, splits, hd + 2]: acc[hd], m, l */
-template <int HD>
+template <int HD, typename KT>
 __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float *__restrict__ q, const int32_t *__restrict__ qpos,
-                                                                  const float *__restrict__ K, const float *__restrict__ V,
+                                                                  const KT *__restrict__ K, const KT *__restrict__ V,
                                                                   const int32_t *__restrict__ kpos, int n,
                                                                   const int32_t *__restrict__ n_dev, long stride,
                                                                   int n_heads, int n_kv, float scale, int window, float softcap,
@@ -55,16 +57,16 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float 
     for (int j = j0 + warp; j < j1; j += ATT_WARPS) {
         const int32_t kp = kpos[j];
         if (kp > qp || (window > 0 && qp - kp >= window)) continue;
-        const float *kr = K + (long)j * stride + (long)g * HD;
+        const KT *kr = K + (long)j * stride + (long)g * HD;
         float d = 0.f;
 #pragma unroll
-        for (int i = 0; i < PL; i++) d += qv[i] * kr[lane + 32 * i];
+        for (int i = 0; i < PL; i++) d += qv[i] * kv_ld(kr + lane + 32 * i);
         d = warp_sum(d);
         if (softcap > 0.f) d = softcap * tanhf(d / softcap);
         const float mn = fmaxf(m, d), f = __expf(m - mn), e = __expf(d - mn);
-        const float *vr = V + (long)j * stride + (long)g * HD;
+        const KT *vr = V + (long)j * stride + (long)g * HD;
 #pragma unroll
-        for (int i = 0; i < PL; i++) acc[i] = acc[i] * f + e * vr[lane + 32 * i];
+        for (int i = 0; i < PL; i++) acc[i] = acc[i] * f + e * kv_ld(vr + lane + 32 * i);
         l = l * f + e;
         m = mn;
     }
@@ -156,9 +158,9 @@ template <int HD> static size_t pf_smem() {
     return sizeof(float) * ((size_t)PF_WARPS * R * HD + (size_t)PF_BK * (HD + 4) + (size_t)PF_BK * HD);
 }
 
-template <int HD>
+template <int HD, typename KT>
 __global__ void __launch_bounds__(PF_WARPS * 32) kernel_attn_prefill(const float *__restrict__ q, const int32_t *__restrict__ qpos,
-                                                                    int T, const float *__restrict__ K, const float *__restrict__ V,
+                                                                    int T, const KT *__restrict__ K, const KT *__restrict__ V,
                                                                     const int32_t *__restrict__ kpos, int n, long stride,
                                                                     int n_heads, int n_kv, float scale, int window, float softcap,
                                                                     const float *__restrict__ sinks, float *__restrict__ out) {
@@ -209,8 +211,8 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_attn_prefill(const float
             const int j = i / HD, c = i % HD;
             const bool ok = j0 + j < n;
             const long at = (long)(j0 + j) * stride + (long)g * HD + c;
-            sk[j * KS + c] = ok ? K[at] : 0.f;
-            sv[i] = ok ? V[at] : 0.f;
+            sk[j * KS + c] = ok ? kv_ld(K + at) : 0.f;
+            sv[i] = ok ? kv_ld(V + at) : 0.f;
         }
         __syncthreads();
         const int kp = skp[lane];
@@ -261,7 +263,7 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_attn_prefill(const float
     }
 }
 
-template <int HD>
+template <int HD, typename KT>
 static int attn_prefill(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p, float *out,
                         cudaStream_t s) {
     constexpr int ROWS = PF_WARPS * pf_rows<HD>::R;
@@ -269,43 +271,29 @@ static int attn_prefill(const float *q, const int32_t *qpos, int T, const attn_k
     int dev = 0;
     cudaGetDevice(&dev);
     if (dev < 0 || dev >= 64 || !ready[dev]) {
-        if (cudaFuncSetAttribute(kernel_attn_prefill<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<HD>()) !=
+        if (cudaFuncSetAttribute(kernel_attn_prefill<HD, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<HD>()) !=
             cudaSuccess)
             return cuk_check("attention (prefill) setup");
         if (dev >= 0 && dev < 64) ready[dev] = 1;
     }
     const long total = (long)T * (p->n_heads / p->n_kv);
     const dim3 grid((unsigned)((total + ROWS - 1) / ROWS), (unsigned)p->n_kv);
-    cuk_launch(kernel_attn_prefill<HD>, grid, PF_WARPS * 32, pf_smem<HD>(), s, q, qpos, T, kv->k, kv->v, kv->pos, kv->n, kv->row_stride,
+    cuk_launch(kernel_attn_prefill<HD, KT>, grid, PF_WARPS * 32, pf_smem<HD>(), s, q, qpos, T, (const KT *)kv->k, (const KT *)kv->v, kv->pos, kv->n, kv->row_stride,
                                                                       p->n_heads, p->n_kv, p->scale, p->window, p->softcap,
                                                                       p->sinks, out);
     return cuk_check("attention (prefill)");
 }
 
-extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
-                             const attn_params *p, float *out, float *work, cuk_stream st) {
-    cudaStream_t s = (cudaStream_t)st;
-    /* Prefill takes the tiled kernel, except wide heads over at most 1024 keys, where
-     * the per-query kernel measured faster (gemma3-4b pp512: 17.6k vs 16.4k tok/s);
-     * CUK_ATTN_PER_QUERY=1 forces the per-query kernel for A/B runs. */
-    if (T > CUK_MV_MAX_T && !n_dev && !(p->head_dim > 128 && kv->n <= 1024) && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
-        switch (p->head_dim) {
-        case 32: return attn_prefill<32>(q, qpos, T, kv, p, out, s);
-        case 64: return attn_prefill<64>(q, qpos, T, kv, p, out, s);
-        case 96: return attn_prefill<96>(q, qpos, T, kv, p, out, s);
-        case 128: return attn_prefill<128>(q, qpos, T, kv, p, out, s);
-        case 192: return attn_prefill<192>(q, qpos, T, kv, p, out, s);
-        case 256: return attn_prefill<256>(q, qpos, T, kv, p, out, s);
-        case 512: return attn_prefill<512>(q, qpos, T, kv, p, out, s);
-        default: break; /* refused below */
-        }
-    }
+/* Per-query split-KV attention (decode, and prefill shapes the tiled kernels do not take). */
+template <typename KT>
+static int attn_split(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev, const attn_params *p,
+                      float *out, float *work, cudaStream_t s) {
     const int splits = n_splits(kv->n);
     const dim3 grid((unsigned)(T * p->n_heads), (unsigned)splits), block(ATT_WARPS * 32);
 #define ATT(HD)                                                                                                         \
-    cuk_launch(kernel_attn_split<HD>, grid, block, 0, s, q, qpos, kv->k, kv->v, kv->pos, kv->n, n_dev, kv->row_stride, p->n_heads, \
-                                                 p->n_kv, p->scale, p->window, p->softcap, splits, work, p->sinks, \
-                                                 splits == 1 ? out : NULL)
+    cuk_launch(kernel_attn_split<HD, KT>, grid, block, 0, s, q, qpos, (const KT *)kv->k, (const KT *)kv->v, kv->pos, kv->n, n_dev, \
+               kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window, p->softcap, splits, work, p->sinks,      \
+               splits == 1 ? out : NULL)
     switch (p->head_dim) {
     case 32: ATT(32); break;
     case 64: ATT(64); break;
@@ -321,4 +309,49 @@ extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const a
     if (splits == 1) return 0;
     cuk_launch(kernel_attn_merge, T * p->n_heads, 128, 0, s, work, splits, p->head_dim, p->sinks, p->n_heads, out);
     return cuk_check("attention merge");
+}
+
+template <typename KT>
+static int attn_tiled(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p, float *out,
+                      cudaStream_t s) {
+    switch (p->head_dim) {
+    case 32: return attn_prefill<32, KT>(q, qpos, T, kv, p, out, s);
+    case 64: return attn_prefill<64, KT>(q, qpos, T, kv, p, out, s);
+    case 96: return attn_prefill<96, KT>(q, qpos, T, kv, p, out, s);
+    case 128: return attn_prefill<128, KT>(q, qpos, T, kv, p, out, s);
+    case 192: return attn_prefill<192, KT>(q, qpos, T, kv, p, out, s);
+    case 256: return attn_prefill<256, KT>(q, qpos, T, kv, p, out, s);
+    case 512: return attn_prefill<512, KT>(q, qpos, T, kv, p, out, s);
+    default: return 1; /* not this kernel */
+    }
+}
+
+extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
+                             const attn_params *p, float *out, float *work, cuk_stream st) {
+    cudaStream_t s = (cudaStream_t)st;
+    const int bf = kv->dtype == KVT_BF16;
+    /* Over a bf16 cache: flash attention on the tensor cores (flash_attn.cu) for the
+     * head dims it covers (1: not covered), prefill and decode, keys split across
+     * blocks when the queries alone cannot fill the GPU. */
+    if (bf && !setting_flag(SET_CUK_ATTN_NO_MMA) && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
+        int splits = 1;
+        const int r = cuk_flash_attention(q, qpos, T, kv, n_dev, p, out, work, &splits, st);
+        if (r < 0) return -1;
+        if (r == 0) {
+            if (splits == 1) return 0;
+            cuk_launch(kernel_attn_merge, T * p->n_heads, 128, 0, s, work, splits, p->head_dim, p->sinks, p->n_heads, out);
+            return cuk_check("attention merge");
+        }
+    }
+    if (T > CUK_MV_MAX_T && !n_dev && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
+        /* The tiled CUDA-core kernel, except wide heads over at most 1024 keys, where
+         * the per-query kernel measured faster (gemma3-4b pp512: 17.6k vs 16.4k tok/s);
+         * CUK_ATTN_PER_QUERY=1 forces the per-query kernel for A/B runs. */
+        if (!(p->head_dim > 128 && kv->n <= 1024)) {
+            const int r = bf ? attn_tiled<uint16_t>(q, qpos, T, kv, p, out, s) : attn_tiled<float>(q, qpos, T, kv, p, out, s);
+            if (r <= 0) return r;
+        }
+    }
+    return bf ? attn_split<uint16_t>(q, qpos, T, kv, n_dev, p, out, work, s)
+              : attn_split<float>(q, qpos, T, kv, n_dev, p, out, work, s);
 }

@@ -16,11 +16,11 @@
  * write partials that a second kernel merges, each row over its own split count.
  * Sums run in the same order as attention.cu's split kernel for the same split.
  *
- * The KV element type is a template parameter (float now; a bf16 cache later only
- * instantiates kv_load for it). */
+ * The KV element type is a template parameter (kv_elem.cuh: float32 or bf16 rows). */
 #include <climits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_elem.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_kernels.h"
@@ -30,7 +30,6 @@ extern "C" {
 #define AB_KEYS_PER_SPLIT 256
 #define AB_MAX_SPLITS 64
 
-__device__ __forceinline__ float kv_load(const float *p, long i) { return p[i]; }
 
 static __host__ __device__ int ab_splits(int n_keys) {
     int s = (n_keys + AB_KEYS_PER_SPLIT - 1) / AB_KEYS_PER_SPLIT;
@@ -82,9 +81,9 @@ __global__ void __launch_bounds__(AB_WARPS * 32)
         const long base = (long)j * sq.stride + (long)g * HD;
         float kr[PL], vr[PL];
 #pragma unroll
-        for (int i = 0; i < PL; i++) kr[i] = kv_load(K, base + lane + 32 * i);
+        for (int i = 0; i < PL; i++) kr[i] = kv_ld(K + base + lane + 32 * i);
 #pragma unroll
-        for (int i = 0; i < PL; i++) vr[i] = kv_load(V, base + lane + 32 * i);
+        for (int i = 0; i < PL; i++) vr[i] = kv_ld(V + base + lane + 32 * i);
 #pragma unroll
         for (int t = 0; t < GT; t++) {
             float d = 0.f;
@@ -230,7 +229,8 @@ static int attention_batch(const float *q, const int32_t *qpos, int n, const cuk
 }
 
 extern "C" int cuk_attention_batch(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int max_keys,
-                                   const attn_params *p, float *out, float *work, cuk_stream st) {
+                                   const attn_params *p, int dtype, float *out, float *work, cuk_stream st) {
+    if (dtype == KVT_BF16) return attention_batch<uint16_t>(q, qpos, n, seqs, max_keys, p, out, work, (cudaStream_t)st);
     return attention_batch<float>(q, qpos, n, seqs, max_keys, p, out, work, (cudaStream_t)st);
 }
 
@@ -245,16 +245,21 @@ __global__ void kernel_put_batch(const cuk_put_row *__restrict__ rows, long row,
     if (!d.k) return; /* a padding row */
     KT *kd = (KT *)d.k, *vd = (KT *)d.v;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < row; i += (long)gridDim.x * blockDim.x) {
-        kd[i] = k[(long)r * row + i];
-        vd[i] = v[(long)r * row + i];
+        kv_store(kd + i, k[(long)r * row + i]);
+        kv_store(vd + i, v[(long)r * row + i]);
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) *d.pos = d.p;
 }
 
-extern "C" int cuk_put_batch(const cuk_put_row *rows, int n, long row, const float *k, const float *v, cuk_stream st) {
+extern "C" int cuk_put_batch(const cuk_put_row *rows, int n, long row, const float *k, const float *v, int dtype,
+                             cuk_stream st) {
     if (n <= 0) return 0;
     long nb = (row + 255) / 256;
     if (nb > 64) nb = 64;
-    cuk_launch(kernel_put_batch<float>, dim3((unsigned)nb, (unsigned)n), 256, 0, (cudaStream_t)st, rows, row, k, v);
+    const dim3 grid((unsigned)nb, (unsigned)n);
+    if (dtype == KVT_BF16)
+        cuk_launch(kernel_put_batch<uint16_t>, grid, 256, 0, (cudaStream_t)st, rows, row, k, v);
+    else
+        cuk_launch(kernel_put_batch<float>, grid, 256, 0, (cudaStream_t)st, rows, row, k, v);
     return cuk_check("put_rows (batch)");
 }

@@ -508,6 +508,9 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols, const cuda_host
     b->device_id = device_id;
     c->id = device_id;
     c->graphs_off = -1;
+    const char *prec = setting_str(SET_CELER_PRECISION); /* checked by the model (model/precision.c) */
+    b->fast = !(prec && strcmp(prec, "exact") == 0);
+    c->self = b;
     if ((e = cudaSetDevice(device_id)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         err_set("GPU %d: %s", device_id, cudaGetErrorString(e));
         destroy(b);

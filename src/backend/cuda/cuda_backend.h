@@ -55,7 +55,7 @@ typedef struct {
         /* rows > 0: per-row parameters and draws are values; else p and one draw */
         struct { const float *logits; int V, rows, sampling; cuk_sample_params p; int32_t *tok, *host; } smp;
         /* n rows of k, v [n, row] to the rows the values (cuk_put_row [n]) name */
-        struct { const float *k, *v; long row; int n; } pb;
+        struct { const float *k, *v; long row; int n, dtype; } pb;
     } u;
 } step_op;
 
@@ -76,6 +76,7 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas;
     int failed;
+    const backend *self;  /* the backend this is the state of (self->fast: the precision) */
     char why[512];
     grow_buf mv, xbf, wbf, att, moe_idx, moe_w, smp, y2;
     void *blas_ws;        /* cuBLAS work space, fixed so GEMMs can be captured in graphs */

@@ -36,20 +36,22 @@ int cuk_matvec_supports(const weight *w);
 int cuk_weight_to_bf16(const weight *w, int64_t r0, int64_t n, uint16_t *dst, cuk_stream s);
 /* The same as two terms: hi [n, cols] = bf16(w), lo [n, cols] = bf16(w - hi) (lo may be NULL). */
 int cuk_weight_to_bf16x2(const weight *w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo, cuk_stream s);
-/* Prefill products through cuBLAS on the tensor cores: x is split into two bf16
- * terms in xbf (cuk_gemm_xbf_elems(T, cols) values); non-bf16 weights are converted
- * to bf16 in chunks of wbf_rows rows into wbf [wbf_rows, cols]. handle is a
- * cublasHandle_t bound to the stream. */
+/* Prefill products through cuBLAS on the tensor cores: x is rounded once to bf16
+ * (fast) or split into two bf16 terms (exact) in xbf (cuk_gemm_xbf_elems(T, cols)
+ * values); non-bf16 weights are converted to bf16 (exact: two terms) in chunks of
+ * wbf_rows rows into wbf [wbf_rows, cols]. handle is a cublasHandle_t bound to the
+ * stream. */
 size_t cuk_gemm_xbf_elems(int T, int64_t cols);
 size_t cuk_gemm_wbf_elems(int64_t wbf_rows, int64_t cols);
 int cuk_gemm(void *cublas, const weight *w, const float *x, float *y, int T, uint16_t *xbf, uint16_t *wbf,
-             int64_t wbf_rows, cuk_stream s);
+             int64_t wbf_rows, int fast, cuk_stream s);
 /* The same; with y2 (cuk_gemm_y2_elems(T, rows of a chunk) floats, T <= CUK_GEMM_STACK_MAX_T)
- * the two activation terms are one product of 2T columns, so the weights are read once
- * (a batched decode step is bound by that read), and y is the sum of its halves. */
+ * the two activation terms of the exact precision are one product of 2T columns, so the
+ * weights are read once (a batched decode step is bound by that read), and y is the sum
+ * of its halves. */
 #define CUK_GEMM_STACK_MAX_T 256
 int cuk_gemm2(void *cublas, const weight *w, const float *x, float *y, int T, uint16_t *xbf, uint16_t *wbf,
-              int64_t wbf_rows, float *y2, cuk_stream s);
+              int64_t wbf_rows, float *y2, int fast, cuk_stream s);
 size_t cuk_gemm_y2_elems(int T, int64_t rows);
 /* dst [n] = bf16(src [n]) */
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);
@@ -68,11 +70,19 @@ BACKEND_OPS(CUK_OP_PROTO_IF)
 int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
                   const attn_params *p, float *out, float *work, cuk_stream s);
 size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys);
+/* Attention on the tensor cores over a bf16 cache (flash_attn.cu): the contract of
+ * cuk_attention, head dims 64, 96, 128, 192, 256. Keys may be split across blocks
+ * (partials in work, cuk_flash_work floats), merged by its own kernel: *splits is 1
+ * afterwards (the caller has nothing to merge). Returns 1 without launching anything for a shape it does not cover (another
+ * head dim, a float32 cache, unaligned rows), else 0 or -1 as every launcher. */
+int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
+                        const attn_params *p, float *out, float *work, int *splits, cuk_stream s);
+size_t cuk_flash_work(int T, int n_heads, int head_dim, int n_keys);
 /* The count that stands for n_keys's split count (>= n_keys below 16,384 keys). */
 int cuk_attention_bucket(int n_keys);
 /* A batched decode step (attention_batch.cu): one row per sequence, what differs per
  * sequence in device memory. k, v: the cache's rows ([n, stride] elements of the
- * cache's type, float today), pos: their positions [n]. k == NULL marks a padding row (its output is zero). */
+ * cache's kv_dtype), pos: their positions [n]. k == NULL marks a padding row (its output is zero). */
 typedef struct {
     const void *k, *v;
     const int32_t *pos;
@@ -85,7 +95,7 @@ typedef struct {
  * with the same cuk_attention_batch_bucket launches the same kernels); work holds
  * cuk_attention_batch_work(...) floats. */
 int cuk_attention_batch(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int max_keys,
-                        const attn_params *p, float *out, float *work, cuk_stream s);
+                        const attn_params *p, int dtype, float *out, float *work, cuk_stream s);
 size_t cuk_attention_batch_work(int n, int n_heads, int head_dim, int max_keys);
 int cuk_attention_batch_bucket(int max_keys);
 /* One row of a batched KV write: the slot's key and value rows and position entry
@@ -95,12 +105,12 @@ typedef struct {
     int32_t *pos;
     int32_t p, pad;
 } cuk_put_row;
-/* rows[r] <- row r of k, v [n, row] (rows: device memory) */
-int cuk_put_batch(const cuk_put_row *rows, int n, long row, const float *k, const float *v, cuk_stream s);
-/* Cache slots [slot, slot + n) of kd, vd [slots, row] <- k, v [n, row], and of
+/* rows[r] <- row r of k, v [n, row] (rows: device memory), stored as kv_dtype dtype */
+int cuk_put_batch(const cuk_put_row *rows, int n, long row, const float *k, const float *v, int dtype, cuk_stream s);
+/* Cache slots [slot, slot + n) of kd, vd [slots, row] (kv_dtype dtype) <- k, v [n, row], and of
  * pd [slots] <- pos [n]; with slot_dev the slot is read from device memory instead. */
-int cuk_put_rows(float *kd, float *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev, const float *k,
-                 const float *v, const int32_t *pos, int n, cuk_stream s);
+int cuk_put_rows(void *kd, void *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev, const float *k,
+                 const float *v, const int32_t *pos, int n, int dtype, cuk_stream s);
 /* y [rows, width] += bias [width] on every row */
 int cuk_add_rows(float *y, const float *bias, int rows, long width, cuk_stream st);
 /* xg [n, H] = rows idx [n] of x */

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_elem.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_kernels.h"
@@ -244,26 +245,34 @@ extern "C" int cuk_embed(const weight *w, const int32_t *tok, int T, float scale
 }
 
 /* cache slots [slot, slot + n) <- rows k, v [n, row] and positions pos [n]; slot from
- * *slot_dev when it is not NULL (a recorded step reads it at replay time) */
-__global__ void kernel_put_rows(float *kd, float *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev,
+ * *slot_dev when it is not NULL (a recorded step reads it at replay time). KT: the
+ * cache's element type (bf16 rows rounded to nearest even, as the host rounds). */
+
+template <typename KT>
+__global__ void kernel_put_rows(KT *kd, KT *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev,
                                 const float *k, const float *v, const int32_t *pos, int n) {
     cuk_pdl_start();
     const int s0 = slot_dev ? *slot_dev : slot;
     const long total = (long)n * row;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        kd[(long)s0 * row + i] = k[i];
-        vd[(long)s0 * row + i] = v[i];
+        kv_store(kd + (long)s0 * row + i, k[i]);
+        kv_store(vd + (long)s0 * row + i, v[i]);
     }
     if (blockIdx.x == 0)
         for (int i = threadIdx.x; i < n; i += blockDim.x) pd[s0 + i] = pos[i];
 }
 
-extern "C" int cuk_put_rows(float *kd, float *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev, const float *k,
-                            const float *v, const int32_t *pos, int n, cuk_stream s) {
+extern "C" int cuk_put_rows(void *kd, void *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev, const float *k,
+                            const float *v, const int32_t *pos, int n, int dtype, cuk_stream s) {
     const long total = (long)n * row;
     long nb = blocks_for(total, 256);
     if (nb > 1024) nb = 1024;
-    cuk_launch(kernel_put_rows, (unsigned)nb, 256, 0, (cudaStream_t)s, kd, vd, pd, row, slot, slot_dev, k, v, pos, n);
+    if (dtype == KVT_BF16)
+        cuk_launch(kernel_put_rows<uint16_t>, (unsigned)nb, 256, 0, (cudaStream_t)s, (uint16_t *)kd, (uint16_t *)vd, pd, row,
+                   slot, slot_dev, k, v, pos, n);
+    else
+        cuk_launch(kernel_put_rows<float>, (unsigned)nb, 256, 0, (cudaStream_t)s, (float *)kd, (float *)vd, pd, row, slot,
+                   slot_dev, k, v, pos, n);
     return cuk_check("put_rows");
 }
 

@@ -152,7 +152,7 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
         } else {
             const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
             RUN(cuk_gemm2(c->blas, w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows,
-                          cuk_gemm_y2_elems(T, wrows ? wrows : w->rows) ? c->y2.p : NULL, st));
+                          cuk_gemm_y2_elems(T, wrows ? wrows : w->rows) ? c->y2.p : NULL, c->self->fast, st));
         }
         break;
     }
@@ -165,18 +165,19 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
     case SOP_attention_batch: {
         /* values: the rows' descriptors (cuk_attn_seq [n]) */
         const op_attention_batch_args *a = &e->u.attention_batch;
-        RUN(cuk_attention_batch(a->q, a->qpos, a->n, (const cuk_attn_seq *)vals, a->max_keys, &a->p, a->out, c->att.p, st));
+        RUN(cuk_attention_batch(a->q, a->qpos, a->n, (const cuk_attn_seq *)vals, a->max_keys, &a->p, a->dtype, a->out,
+                                c->att.p, st));
         break;
     }
     case SOP_put_batch:
-        RUN(cuk_put_batch((const cuk_put_row *)vals, e->u.pb.n, e->u.pb.row, e->u.pb.k, e->u.pb.v, st));
+        RUN(cuk_put_batch((const cuk_put_row *)vals, e->u.pb.n, e->u.pb.row, e->u.pb.k, e->u.pb.v, e->u.pb.dtype, st));
         break;
     case SOP_put_rows: {
         /* values: the slot (recorded steps only), then the n positions */
         const op_put_rows_args *a = &e->u.put_rows;
         const int32_t *v = (const int32_t *)vals;
         const int rec = a->slot < 0;
-        RUN(cuk_put_rows(a->kd, a->vd, a->pd, a->row, a->slot, rec ? v : NULL, a->k, a->v, rec ? v + 1 : v, a->n, st));
+        RUN(cuk_put_rows(a->kd, a->vd, a->pd, a->row, a->slot, rec ? v : NULL, a->k, a->v, rec ? v + 1 : v, a->n, a->dtype, st));
         break;
     }
     case SOP_copy:
@@ -479,6 +480,7 @@ static int custom_record(cuda_backend *c, step_op *e) {
         a->kv.pos = kv.pos;
         a->kv.n = kv.n;
         a->kv.row_stride = kv.row_stride;
+        a->kv.dtype = kv.dtype;
         if (!c->recording) return 0;
         /* recorded: the key count is a value; the op keeps only a count with the same
          * split count, so the steps of one 256-key bucket record the same op */
@@ -500,9 +502,11 @@ static int custom_record(cuda_backend *c, step_op *e) {
         if (n == 1) {
             /* one row (a decode step's): joins the open batch when its source row follows
              * the batch's last, else opens one; the row's destination is a value */
-            cuk_put_row r = {a->kd + (long)a->slot * a->row, a->vd + (long)a->slot * a->row, a->pd + a->slot, pos[0], 0};
+            const size_t at = (size_t)a->slot * (size_t)a->row * (size_t)kv_dtype_size(a->dtype); /* bytes */
+            cuk_put_row r = {(char *)a->kd + at, (char *)a->vd + at, a->pd + a->slot, pos[0], 0};
             step_op *last = c->put_open ? &c->tape[c->n_tape - 1] : NULL;
-            if (last && last->u.pb.row == a->row && last->u.pb.k + (long)last->u.pb.n * a->row == a->k &&
+            if (last && last->u.pb.row == a->row && last->u.pb.dtype == a->dtype &&
+                last->u.pb.k + (long)last->u.pb.n * a->row == a->k &&
                 last->u.pb.v + (long)last->u.pb.n * a->row == a->v) {
                 int off;
                 char *dst = value_space(c, sizeof r, &off);
@@ -516,6 +520,7 @@ static int custom_record(cuda_backend *c, step_op *e) {
             pb.u.pb.k = a->k;
             pb.u.pb.v = a->v;
             pb.u.pb.row = a->row;
+            pb.u.pb.dtype = a->dtype;
             pb.u.pb.n = 1;
             submit(c, &pb, &r, sizeof r);
             c->put_open = c->recording && c->n_tape > 0 && c->tape[c->n_tape - 1].op == SOP_put_batch;
