@@ -82,8 +82,11 @@ static void attn_task(void *ctx, int task, int n_tasks) {
 void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv,
                    const attn_params *p, float *out) {
     cpu_backend *c = b->impl;
+    const int level = cpu_level();
     attn_job j = {q, qpos, T, kv, p, out,
-                  cpu_has_avx2() && p->head_dim % 8 == 0 ? &attn_kernels_avx2 : &attn_kernels_portable};
+                  level >= CPU_AVX512 && p->head_dim % 16 == 0 ? &attn_kernels_avx512
+                  : level >= CPU_AVX2 && p->head_dim % 8 == 0  ? &attn_kernels_avx2
+                                                               : &attn_kernels_portable};
     long total = (long)T * p->n_heads;
     int tasks = total < c->n_threads ? (int)total : c->n_threads;
     pool_run(c->pool, tasks, attn_task, &j);

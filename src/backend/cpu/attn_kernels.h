@@ -1,5 +1,6 @@
 /* backend/cpu/attn_kernels.h: the inner loops of CPU attention, chosen once per call
- * (portable, or AVX2 in attention_avx2.c when the CPU has it and head_dim % 8 == 0). */
+ * (portable; AVX2 in attention_avx2.c at the avx2 level and up when head_dim % 8 == 0;
+ * AVX-512 in attention_avx512.c at the avx512 level when head_dim % 16 == 0). */
 #ifndef CELER_ATTN_KERNELS_H
 #define CELER_ATTN_KERNELS_H
 typedef struct {
@@ -8,4 +9,5 @@ typedef struct {
 } attn_kernels;
 
 extern const attn_kernels attn_kernels_avx2;
+extern const attn_kernels attn_kernels_avx512;
 #endif
