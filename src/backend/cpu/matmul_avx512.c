@@ -43,6 +43,15 @@ INLINE float scale_get(const void *p, scale_type st, long i) {
     }
 }
 
+/* Scales or biases [i, i + 16) as float32, lanes outside mask zero. */
+INLINE __m512 scale16(const void *p, scale_type st, long i, __mmask16 m) {
+    switch (st) {
+    case SC_BF16: return bf16x16_mask((const uint16_t *)p + i, m);
+    case SC_F16: return f16x16_mask((const uint16_t *)p + i, m);
+    default: return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    }
+}
+
 /* ------------------------------------------------------------------ GEMM */
 
 /* c [mr, ldc] (first 32 columns) = x [mr, ldx] (first K columns) @ panel [K, 32]. */
@@ -194,92 +203,78 @@ static void group_sums(const float *x, long n, int group, int t0, int nt, float 
     }
 }
 
-/* The ng scales of row r as float32 (out [ng]). */
-static void row_scales(const weight *w, const void *p, long r, long ng, float *out) {
-    long g = 0;
-    if (w->stype == SC_BF16)
-        for (; g + 16 <= ng; g += 16) _mm512_storeu_ps(out + g, bf16x16((const uint16_t *)p + r * ng + g));
-    for (; g < ng; g++) out[g] = scale_get(p, w->stype, r * ng + g);
+/* Codes [c, c + 32) of a row against activation rows xs into partial sums i0, i1. */
+INLINE void affine_block(const uint8_t *row, long c, int bits, const float *const *xs, int nt, __m512 ga[][4], int i0,
+                         int i1) {
+    const uint8_t *p = row + c * bits / 8;
+    __m512 q0, q1;
+    if (bits == 4) {
+        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+        q0 = _mm512_cvtepi32_ps(v);
+        q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+    } else {
+        q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+        q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+    }
+    UNROLL
+    for (int t = 0; t < nt; t++) {
+        ga[t][i0] = _mm512_fmadd_ps(q0, _mm512_loadu_ps(xs[t] + c), ga[t][i0]);
+        ga[t][i1] = _mm512_fmadd_ps(q1, _mm512_loadu_ps(xs[t] + c + 16), ga[t][i1]);
+    }
 }
 
 /* nt <= 4 rows, bits 4 (xs are byte_window_x16 rows) or 8 (xs are x rows). */
 INLINE void gemv512_affine_nt(const weight *w, const float *const *xs, float *y, int t0, int nt, long r0, long r1,
-                              const float *xsum, float *srow, float *brow, int bits) {
+                              const float *xsum, int bits) {
     const long n = (long)w->cols, G = w->group, ng = n / G, row_bytes = n * bits / 8;
     const int na = nt == 1 ? 4 : 2; /* independent partial sums per activation row */
     for (long r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + r * row_bytes;
-        row_scales(w, w->scales, r, ng, srow);
-        row_scales(w, w->biases, r, ng, brow);
         __m512 acc[NT512];
         UNROLL
         for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
-        for (long g = 0; g < ng; g++) {
-            __m512 ga[NT512][4];
+        /* 16 groups at a time: their scales in one register (a scale is picked out
+         * with a permute; storing them and reloading one at a time stalled on
+         * store forwarding), their biases dotted with the activation sums */
+        for (long g0 = 0; g0 < ng; g0 += 16) {
+            const __mmask16 gm = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1);
+            const __m512 sv = scale16(w->scales, w->stype, r * ng + g0, gm);
+            const __m512 bv = scale16(w->biases, w->stype, r * ng + g0, gm);
             UNROLL
-            for (int t = 0; t < nt; t++)
+            for (int t = 0; t < nt; t++) acc[t] = _mm512_fmadd_ps(bv, _mm512_maskz_loadu_ps(gm, xsum + t * ng + g0), acc[t]);
+            const long g1 = ng - g0 < 16 ? ng : g0 + 16;
+            for (long g = g0; g < g1; g++) {
+                __m512 ga[NT512][4];
                 UNROLL
-                for (int a = 0; a < na; a++) ga[t][a] = _mm512_setzero_ps();
-            /* 64 codes per step: 4 vectors of 16 (groups are multiples of 32 codes;
-             * a 32-code group takes the step's first half) */
-            for (long c = g * G; c < (g + 1) * G; c += 32) {
-                const uint8_t *p = row + c * bits / 8;
-                if (bits == 4) {
-                    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-                    __m512 q0 = _mm512_cvtepi32_ps(v), q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+                for (int t = 0; t < nt; t++)
                     UNROLL
-                    for (int t = 0; t < nt; t++) {
-                        ga[t][0] = _mm512_fmadd_ps(q0, _mm512_loadu_ps(xs[t] + c), ga[t][0]);
-                        ga[t][1 % na] = _mm512_fmadd_ps(q1, _mm512_loadu_ps(xs[t] + c + 16), ga[t][1 % na]);
-                    }
-                } else {
-                    __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
-                    __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
-                    UNROLL
-                    for (int t = 0; t < nt; t++) {
-                        ga[t][0] = _mm512_fmadd_ps(q0, _mm512_loadu_ps(xs[t] + c), ga[t][0]);
-                        ga[t][1 % na] = _mm512_fmadd_ps(q1, _mm512_loadu_ps(xs[t] + c + 16), ga[t][1 % na]);
-                    }
+                    for (int a = 0; a < na; a++) ga[t][a] = _mm512_setzero_ps();
+                /* 32 codes per block (two 16-lane vectors); a 64-code step's two blocks
+                 * feed different partial sums when na == 4 */
+                long c = g * G;
+                for (; c + 64 <= (g + 1) * G; c += 64) {
+                    affine_block(row, c, bits, xs, nt, ga, 0, 1);
+                    affine_block(row, c + 32, bits, xs, nt, ga, 2 % na, 3 % na);
                 }
-                if (na == 4) { /* rotate: the next step's FMAs go to the other two sums */
-                    UNROLL
-                    for (int t = 0; t < nt; t++) {
-                        __m512 s0 = ga[t][0], s1 = ga[t][1];
-                        ga[t][0] = ga[t][2]; ga[t][1] = ga[t][3];
-                        ga[t][2] = s0; ga[t][3] = s1;
-                    }
+                if (c < (g + 1) * G) affine_block(row, c, bits, xs, nt, ga, 0, 1);
+                const __m512 s = _mm512_permutexvar_ps(_mm512_set1_epi32((int)(g - g0)), sv);
+                UNROLL
+                for (int t = 0; t < nt; t++) {
+                    __m512 gs = na == 4 ? _mm512_add_ps(_mm512_add_ps(ga[t][0], ga[t][1]), _mm512_add_ps(ga[t][2], ga[t][3]))
+                                        : _mm512_add_ps(ga[t][0], ga[t][1]);
+                    acc[t] = _mm512_fmadd_ps(gs, s, acc[t]);
                 }
             }
-            const __m512 s = _mm512_set1_ps(srow[g]);
-            UNROLL
-            for (int t = 0; t < nt; t++) {
-                __m512 gs = na == 4 ? _mm512_add_ps(_mm512_add_ps(ga[t][0], ga[t][1]), _mm512_add_ps(ga[t][2], ga[t][3]))
-                                    : _mm512_add_ps(ga[t][0], ga[t][1]);
-                acc[t] = _mm512_fmadd_ps(gs, s, acc[t]);
-            }
-        }
-        /* biases: one dot of length ng per activation row */
-        long g = 0;
-        for (; g + 16 <= ng; g += 16) {
-            __m512 b = _mm512_loadu_ps(brow + g);
-            UNROLL
-            for (int t = 0; t < nt; t++) acc[t] = _mm512_fmadd_ps(b, _mm512_loadu_ps(xsum + t * ng + g), acc[t]);
-        }
-        if (g < ng) {
-            const __mmask16 m = (__mmask16)((1u << (ng - g)) - 1);
-            __m512 b = _mm512_maskz_loadu_ps(m, brow + g);
-            UNROLL
-            for (int t = 0; t < nt; t++) acc[t] = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(m, xsum + t * ng + g), acc[t]);
         }
         UNROLL
         for (int t = 0; t < nt; t++) y[(long)(t0 + t) * w->rows + r] = _mm512_reduce_add_ps(acc[t]);
     }
 }
 
-/* scratch: xsum [NT512, ng] | srow [ng] | brow [ng] | xq [NT512, cols] (4-bit) */
+/* scratch: xsum [NT512, ng] | xq [NT512, cols] (4-bit) */
 static void gemv512_affine(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
     const long n = (long)w->cols, ng = n / w->group, ngp = (ng + 15) & ~15L;
-    float *xsum = scratch, *srow = xsum + NT512 * ngp, *brow = srow + ngp, *xq = brow + ngp;
+    float *xsum = scratch, *xq = xsum + NT512 * ngp;
     for (int t0 = 0; t0 < T; t0 += NT512) {
         int nt = T - t0 < NT512 ? T - t0 : NT512;
         const float *xs[NT512];
@@ -293,7 +288,7 @@ static void gemv512_affine(const weight *w, const float *x, float *y, int T, lon
                 xs[t] = x + (long)(t0 + tt) * n;
             }
         }
-#define AFF(NT, B) gemv512_affine_nt(w, xs, y, t0, NT, r0, r1, xsum, srow, brow, B)
+#define AFF(NT, B) gemv512_affine_nt(w, xs, y, t0, NT, r0, r1, xsum, B)
         if (w->bits == 4) {
             switch (nt) { case 1: AFF(1, 4); break; case 2: AFF(2, 4); break; case 3: AFF(3, 4); break; default: AFF(4, 4); }
         } else {
