@@ -35,14 +35,6 @@ INLINE __m512 f16x16_mask(const uint16_t *p, __mmask16 m) { return _mm512_cvtph_
 INLINE __m512 f32x16(const float *p) { return _mm512_loadu_ps(p); }
 INLINE __m512 f32x16_mask(const float *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 
-INLINE float scale_get(const void *p, scale_type st, long i) {
-    switch (st) {
-    case SC_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
-    case SC_F16: return f16_to_f32(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
-}
-
 /* Scales or biases [i, i + 16) as float32, lanes outside mask zero. */
 INLINE __m512 scale16(const void *p, scale_type st, long i, __mmask16 m) {
     switch (st) {
