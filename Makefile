@@ -14,7 +14,7 @@ B       := $(BUILD)
 SANFLAGS :=
 endif
 
-CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -pthread -Iinclude -Isrc $(SANFLAGS) $(EXTRA_CFLAGS)
+CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpointer-arith -Werror $(OPT) -g -pthread -Iinclude -Isrc $(SANFLAGS) $(EXTRA_CFLAGS)
 LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -ldl -pthread
 # celer pull downloads over HTTPS with libcurl (Debian's libcurl4-openssl-dev); --as-needed:
 # binaries that never download (tests, the CUDA test programs) do not need libcurl.so.
@@ -45,10 +45,14 @@ $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-# Kernels for AVX2/FMA/F16C live in *_avx2.c and are chosen at run time.
+# Kernels for AVX2/FMA/F16C live in *_avx2.c, for AVX-512 F/BW/VL/DQ in *_avx512.c;
+# cpu_level() picks them at run time, so the binary runs on any x86-64.
 $(B)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -mavx2 -mfma -mf16c -MMD -MP -c $< -o $@
+$(B)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -MMD -MP -c $< -o $@
 
 # The version: one place, the VERSION file; the commit from `git describe --always --dirty`
 # when the tree is a git checkout ("unknown" otherwise). version.h is rewritten only when

@@ -5,14 +5,14 @@
  *   bench_mm [-t THREADS] [-f bf16|f16|f32|q4|q8|q2|q3|q5|q6|mxfp4] [-r REPS] [-p T] [-n TOKENS] [-c]
  * -c times by the calling thread's CPU time: with -t 1 it stays meaningful on a
  * loaded machine (the % of bandwidth then compares with an unloaded probe).
+ * CELER_CPU=generic|avx2|avx512 picks the kernel level; the FMA peak of every level
+ * the CPU runs is printed (cpu_fma_peak).
  * Prints one row per projection kind and a total, with medians over REPS. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include <immintrin.h>
 
 #include "backend/cpu/bandwidth.h"
 #include "backend/cpu/cpu.h"
@@ -42,32 +42,6 @@ static void fill(void *p, size_t n, int halves, int bf16) {
         }
         q[i] = v;
     }
-}
-
-/* FP32 FMA peak of one core, GFLOP/s: 12 independent 8-lane FMA chains (enough to
- * cover the FMA latency on both pipes), timed like everything else. */
-__attribute__((target("avx2,fma"))) static double fma_peak_1core(void) {
-    __m256 a[12], m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
-    const long iters = 20000000;
-    double best = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        double t0 = now();
-        for (long k = 0; k < iters; k++) {
-            a[0] = _mm256_fmadd_ps(a[0], m, c); a[1] = _mm256_fmadd_ps(a[1], m, c);
-            a[2] = _mm256_fmadd_ps(a[2], m, c); a[3] = _mm256_fmadd_ps(a[3], m, c);
-            a[4] = _mm256_fmadd_ps(a[4], m, c); a[5] = _mm256_fmadd_ps(a[5], m, c);
-            a[6] = _mm256_fmadd_ps(a[6], m, c); a[7] = _mm256_fmadd_ps(a[7], m, c);
-            a[8] = _mm256_fmadd_ps(a[8], m, c); a[9] = _mm256_fmadd_ps(a[9], m, c);
-            a[10] = _mm256_fmadd_ps(a[10], m, c); a[11] = _mm256_fmadd_ps(a[11], m, c);
-        }
-        double g = 12.0 * 16.0 * iters / (now() - t0) / 1e9;
-        if (g > best) best = g;
-    }
-    float sink = 0;
-    for (int i = 0; i < 12; i++) sink += _mm256_cvtss_f32(a[i]);
-    if (sink == 12345.0f) printf(" ");
-    return best;
 }
 
 typedef struct {
@@ -158,7 +132,9 @@ int main(int argc, char **argv) {
     if (!f) { fprintf(stderr, "unknown format %s\n", fname); return 2; }
 
     double bw = cpu_read_bandwidth(threads, (size_t)1 << 30);
-    double peak = fma_peak_1core() * threads; /* both cores clock alike when both are busy? checked with -t 2 */
+    double peaks[3] = {-1, -1, -1};
+    for (int l = 0; l <= cpu_level_hw(); l++) peaks[l] = cpu_fma_peak(l, threads);
+    double peak = peaks[cpu_level()];
     backend *be = backend_cpu_new(threads, 3072);
     if (!be) { fprintf(stderr, "backend_cpu_new failed\n"); return 1; }
 
@@ -171,8 +147,9 @@ int main(int argc, char **argv) {
     float *x = xalloc((size_t)maxT * 3072 * 4), *y = xalloc((size_t)maxT * 151936 * 4);
     for (long i = 0; i < maxT * 3072; i++) x[i] = (float)((double)(rnd64() >> 11) / 9007199254740992.0 - 0.5);
 
-    printf("format %s, %d threads, read bandwidth %.2f GB/s (best of 6 passes over 1 GiB), FMA peak %.0f GFLOP/s "
-           "(one core's, times %d)\n", f->name, threads, bw, peak, threads);
+    printf("format %s, %d threads, CPU kernels %s, read bandwidth %.2f GB/s (best of 6 passes over 1 GiB)\n"
+           "FMA peak, %d threads (register-only loop, thread CPU time): generic %.0f, avx2 %.0f, avx512 %.0f GFLOP/s\n",
+           f->name, threads, cpu_level_name(cpu_level()), bw, threads, peaks[0], peaks[1], peaks[2]);
     printf("decode kernel: %s; prefill kernel (T=%d): %s\n", mm_kernel_name(mm_select(&ws[0], 1)), prefill_T,
            mm_kernel_name(mm_select(&ws[0], prefill_T)));
 

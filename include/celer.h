@@ -44,6 +44,12 @@ const char *celer_setting(const char *name);
 int celer_setting_set(const char *name, const char *value);
 /* Prints that table (name, type, default, meaning, value when set) to f. */
 void celer_settings_print(FILE *f);
+/* The CPU kernel level in force ("avx512 +bf16 +vnni", "avx2", "generic": the best
+ * this processor runs, or the one CELER_CPU forces); static storage. */
+const char *celer_cpu_kernels(void);
+/* The float32 FMA peak of that level with n_threads threads at once, GFLOP/s,
+ * measured now by a register-only loop (~0.5 s); -1 on error. */
+double celer_cpu_fma_peak(int n_threads);
 
 /* Opens a checkpoint directory with n_threads CPU threads (<= 0: all cores).
  * Weights are mapped, not copied. NULL on error. */

@@ -1,14 +1,20 @@
 /* tests/test_matmul.c: the matrix-product kernels. mm_portable agrees with a double
- * precision reference; every kernel mm_select picks (decode T=1, small T, large T with
- * ragged tiles, every weight format) agrees with mm_portable; splitting the rows
- * (threads) never changes a bit; CELER_NO_SIMD=1 selects the portable kernel. */
+ * precision reference; at every kernel level this processor runs (generic, avx2,
+ * avx512; a level it lacks is skipped with the reason printed) every kernel
+ * mm_select_level picks (decode T=1, small T, large T with ragged tiles, every weight
+ * format) agrees with mm_portable; splitting the rows (threads) never changes a bit;
+ * the AVX2 and AVX-512 GEMMs give identical bits; CELER_CPU / CELER_NO_SIMD select
+ * the level and a level the processor lacks or an unknown word is an error. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "base/err.h"
 #include "base/mem.h"
+#include "base/settings.h"
+#include "celer.h"
 #include "harness.h"
 #include "tensor/dtype.h"
 
@@ -164,13 +170,14 @@ static void portable_vs_double(void) {
 
 /* mm_select's kernel for (w, T) vs mm_portable, over the whole matrix and over
  * ragged row splits (which must give identical bits). Returns the worst error. */
+static int level = CPU_GENERIC; /* the level the kernel checks run at */
 static double check_kernel(const weight *w, int T) {
     long rows = (long)w->rows, cols = (long)w->cols;
     float *x = rnd_x((long)T * cols);
     float *y0 = malloc((size_t)T * rows * 4), *y1 = malloc((size_t)T * rows * 4), *y2 = malloc((size_t)T * rows * 4);
     double *sc = malloc((size_t)T * rows * sizeof(double));
     float *s = scratch_for(cols);
-    mm_kernel k = mm_select(w, T);
+    mm_kernel k = mm_select_level(w, T, level);
     mm_portable(w, x, y0, T, 0, rows, s);
     for (long i = 0; i < T * rows; i++) y1[i] = y2[i] = NAN;
     k(w, x, y1, T, 0, rows, s);
@@ -182,10 +189,17 @@ static double check_kernel(const weight *w, int T) {
     abs_dot(w, x, T, sc);
     double e = max_rel(y1, y0, sc, (long)T * rows);
     char f[32];
-    CHECK(e < 1e-5, "%s %ldx%ld T=%d kernel \"%s\": rel err %g vs portable", fmt_str(w, f), rows, cols, T,
-          mm_kernel_name(k), e);
-    CHECK(memcmp(y1, y2, (size_t)T * rows * 4) == 0, "%s %ldx%ld T=%d kernel \"%s\": row split changed the result",
-          fmt_str(w, f), rows, cols, T, mm_kernel_name(k));
+    CHECK(e < 1e-5, "%s: %s %ldx%ld T=%d kernel \"%s\": rel err %g vs portable", cpu_level_name(level), fmt_str(w, f),
+          rows, cols, T, mm_kernel_name(k), e);
+    CHECK(memcmp(y1, y2, (size_t)T * rows * 4) == 0, "%s: %s %ldx%ld T=%d kernel \"%s\": row split changed the result",
+          cpu_level_name(level), fmt_str(w, f), rows, cols, T, mm_kernel_name(k));
+    /* the level's own kernels are the ones under test (not a lower level's) */
+    const char *kn = mm_kernel_name(k);
+    if (level == CPU_AVX512 && T <= 4 && (w->fmt == WF_BF16 || (w->fmt == WF_AFFINE && w->bits == 4 && w->group % 32 == 0)))
+        CHECK(strncmp(kn, "avx512", 6) == 0, "avx512 level chose \"%s\" for %s T=%d", kn, fmt_str(w, f), T);
+    if (level == CPU_AVX512 && T >= 9) CHECK(strncmp(kn, "avx512", 6) == 0, "avx512 level chose \"%s\" for T=%d", kn, T);
+    if (level == CPU_AVX2) CHECK(strncmp(kn, "avx2", 4) == 0, "avx2 level chose \"%s\"", kn);
+    if (level == CPU_GENERIC) CHECK(k == mm_portable, "generic level chose \"%s\"", kn);
     free(x); free(y0); free(y1); free(y2); free(sc); free(s);
     return e;
 }
@@ -196,9 +210,9 @@ static const int Ts[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 64, 129};
 static void float_formats(void) {
     const weight_fmt fs[] = {WF_F32, WF_F16, WF_BF16};
     /* ragged: rows not a multiple of 16 (nor 4), cols not a multiple of 8 or 16 */
-    const long shapes[][2] = {{37, 53}, {64, 128}, {19, 7}, {33, 1024}};
+    const long shapes[][2] = {{37, 53}, {64, 128}, {19, 7}, {33, 1024}, {70, 33}};
     for (int f = 0; f < 3; f++)
-        for (int s = 0; s < 4; s++)
+        for (int s = 0; s < 5; s++)
             for (int i = 0; i < NT; i++) {
                 tw t = tw_random(fs[f], shapes[s][0], shapes[s][1], 0, 0, SC_BF16);
                 check_kernel(&t.w, Ts[i]);
@@ -297,43 +311,108 @@ static void pool_runs_each_task_once(void) {
     pool_free(pl);
 }
 
-/* Run in a child with CELER_NO_SIMD=1: the portable kernel everywhere. */
-static void no_simd_child(void) {
+/* The AVX2 and AVX-512 GEMMs run one FMA chain per output over k in order on the
+ * same packed panel, so they agree to the bit (results do not depend on the level). */
+static void gemm_levels_identical(void) {
+    if (cpu_level_hw() < CPU_AVX512) {
+        printf("skip: gemm_levels_identical: this CPU runs up to %s, not avx512\n", cpu_level_name(cpu_level_hw()));
+        return;
+    }
+    const weight_fmt fs[] = {WF_BF16, WF_AFFINE, WF_F32};
+    for (int f = 0; f < 3; f++) {
+        tw t = tw_random(fs[f], 77, 200, 4, 40, SC_BF16);
+        int T = 29;
+        float *x = rnd_x(T * 200), *y2 = malloc((size_t)T * 77 * 4), *y5 = malloc((size_t)T * 77 * 4);
+        float *s = scratch_for(200);
+        mm_kernel k2 = mm_select_level(&t.w, T, CPU_AVX2), k5 = mm_select_level(&t.w, T, CPU_AVX512);
+        k2(&t.w, x, y2, T, 0, 77, s);
+        k5(&t.w, x, y5, T, 0, 77, s);
+        CHECK(k2 != k5 && memcmp(y2, y5, (size_t)T * 77 * 4) == 0, "fmt %d: \"%s\" and \"%s\" differ", fs[f],
+              mm_kernel_name(k2), mm_kernel_name(k5));
+        free(x); free(y2); free(y5); free(s);
+        tw_free(&t);
+    }
+}
+
+/* CELER_CPU and CELER_NO_SIMD (through setting_override, as the environment would). */
+static void level_setting(void) {
+    const int hw = cpu_level_hw();
     tw t = tw_random(WF_BF16, 20, 64, 0, 0, SC_BF16);
-    tw q = tw_random(WF_AFFINE, 20, 64, 4, 32, SC_F16);
-    CHECK(!cpu_has_avx2(), "cpu_has_avx2() with CELER_NO_SIMD=1");
-    for (int i = 0; i < NT; i++) {
-        CHECK(mm_select(&t.w, Ts[i]) == mm_portable, "bf16 T=%d not portable", Ts[i]);
-        CHECK(mm_select(&q.w, Ts[i]) == mm_portable, "q4 T=%d not portable", Ts[i]);
+    CHECK(cpu_level() == hw, "no setting: level %s, hardware %s", cpu_level_name(cpu_level()), cpu_level_name(hw));
+    static const char *const names[] = {"generic", "avx2", "avx512"};
+    for (int l = 0; l <= CPU_AVX512; l++) {
+        setting_override(SET_CELER_CPU, names[l]);
+        if (l <= hw) {
+            CHECK(cpu_level() == l && cpu_level_check() == 0, "CELER_CPU=%s: level %s", names[l], cpu_level_name(cpu_level()));
+            backend *b = backend_cpu_new(1, 64);
+            CHECK(b != NULL, "CELER_CPU=%s: backend: %s", names[l], err_msg());
+            backend_free(b);
+            CHECK((mm_select(&t.w, 1) == mm_portable) == (l == CPU_GENERIC), "CELER_CPU=%s: kernel %s", names[l],
+                  mm_kernel_name(mm_select(&t.w, 1)));
+        } else {
+            /* a level this processor lacks: an error naming the setting, no backend */
+            backend *b = backend_cpu_new(1, 64);
+            CHECK(b == NULL && strstr(err_msg(), "CELER_CPU=") && strstr(err_msg(), "lacks"),
+                  "CELER_CPU=%s on a %s CPU: \"%s\"", names[l], cpu_level_name(hw), err_msg());
+            backend_free(b);
+            CHECK(cpu_level() == hw, "CELER_CPU=%s: kernels must stay at %s", names[l], cpu_level_name(hw));
+            printf("(CELER_CPU=%s on this %s CPU: \"%s\")\n", names[l], cpu_level_name(hw), err_msg());
+        }
     }
+    /* as on an AVX2-only processor (CI's may be one): avx512 is refused, and every
+     * selector stays at avx2 even when asked for more */
+    if (hw >= CPU_AVX2) {
+        cpu_level_pretend_hw(CPU_AVX2);
+        setting_override(SET_CELER_CPU, "avx512");
+        backend *b = backend_cpu_new(1, 64);
+        CHECK(b == NULL && strstr(err_msg(), "CELER_CPU=avx512: this processor (or its OS) lacks AVX-512"),
+              "CELER_CPU=avx512 on an AVX2-only CPU: \"%s\"", err_msg());
+        backend_free(b);
+        CHECK(cpu_level() == CPU_AVX2 && strncmp(mm_kernel_name(mm_select_level(&t.w, 1, CPU_AVX512)), "avx2", 4) == 0,
+              "pretended AVX2-only CPU: level %s, kernel %s", cpu_level_name(cpu_level()),
+              mm_kernel_name(mm_select_level(&t.w, 1, CPU_AVX512)));
+        CHECK(!cpu_has_avx512_bf16() && !cpu_has_avx512_vnni(), "pretended AVX2-only CPU reports bf16/vnni");
+        cpu_level_pretend_hw(-1);
+    }
+    setting_override(SET_CELER_CPU, "sse9");
+    backend *b = backend_cpu_new(1, 64);
+    CHECK(b == NULL && strstr(err_msg(), "CELER_CPU=sse9") && strstr(err_msg(), "not a CPU kernel level"),
+          "CELER_CPU=sse9: \"%s\"", err_msg());
+    backend_free(b);
+    setting_override(SET_CELER_CPU, NULL);
+    setting_override(SET_CELER_NO_SIMD, "1");
+    CHECK(cpu_level() == CPU_GENERIC && !cpu_has_avx2(), "CELER_NO_SIMD=1: level %s", cpu_level_name(cpu_level()));
+    for (int i = 0; i < NT; i++) CHECK(mm_select(&t.w, Ts[i]) == mm_portable, "CELER_NO_SIMD=1: bf16 T=%d not portable", Ts[i]);
+    setting_override(SET_CELER_CPU, hw >= CPU_AVX2 ? "avx2" : "generic"); /* CELER_CPU wins */
+    CHECK(cpu_level() == (hw >= CPU_AVX2 ? CPU_AVX2 : CPU_GENERIC), "CELER_CPU beside CELER_NO_SIMD=1");
+    setting_override(SET_CELER_CPU, NULL);
+    setting_override(SET_CELER_NO_SIMD, NULL);
     tw_free(&t);
-    tw_free(&q);
 }
 
-static const char *self;
-static void no_simd(void) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "CELER_NO_SIMD=1 %s", self);
-    CHECK(system(cmd) == 0, "the CELER_NO_SIMD=1 run failed");
-}
-
-int main(int argc, char **argv) {
-    (void)argc;
-    self = argv[0];
-    const char *e = getenv("CELER_NO_SIMD");
-    if (e && strcmp(e, "1") == 0) {
-        printf("(child: CELER_NO_SIMD=1)\n");
-        RUN(no_simd_child);
-        RUN(portable_vs_double);
-        return harness_done();
+/* Every kernel check at every level this processor runs. */
+static void all_levels(void) {
+    for (level = CPU_GENERIC; level <= CPU_AVX512; level++) {
+        if (level > cpu_level_hw()) {
+            printf("skip: level %s: this CPU lacks it (it runs up to %s)\n", cpu_level_name(level),
+                   cpu_level_name(cpu_level_hw()));
+            continue;
+        }
+        printf("level %s\n", cpu_level_name(level));
+        RUN(float_formats);
+        RUN(affine_formats);
+        RUN(mxfp4_format);
     }
-    printf("kernels: %s\n", cpu_has_avx2() ? "avx2" : "portable only");
+    level = cpu_level();
+}
+
+int main(void) {
+    printf("this CPU runs up to: %s; in force: %s\n", cpu_level_name(cpu_level_hw()), celer_cpu_kernels());
     RUN(portable_vs_double);
-    RUN(float_formats);
-    RUN(affine_formats);
-    RUN(mxfp4_format);
+    all_levels();
+    RUN(gemm_levels_identical);
     RUN(threads_identical);
     RUN(pool_runs_each_task_once);
-    RUN(no_simd);
+    RUN(level_setting);
     return harness_done();
 }

@@ -14,7 +14,8 @@
     X(CELER_DEFAULT_MODEL, STR, NULL, "model directory used when -m is absent (default: the embedded models/default)") \
     X(CELER_STATS, FLAG, "0", "print KV-cache and device counters to stderr when a session or backend ends")        \
     X(CELER_KV_INPLACE_WRITE, FLAG, "1", "0: every KV row write takes the copying path (A/B runs; same results)")   \
-    X(CELER_NO_SIMD, FLAG, "0", "1: CPU kernels use the portable C code instead of AVX2+FMA")                       \
+    X(CELER_CPU, STR, NULL, "CPU kernel level: generic, avx2 or avx512 (default: the best this processor runs)")   \
+    X(CELER_NO_SIMD, FLAG, "0", "1: the same as CELER_CPU=generic (portable C kernels; CELER_CPU wins when set)")    \
     X(CELER_DECODE_BATCH, FLAG, "1", "0: a decode step of several sequences attends per sequence, unpadded (A/B)")    \
     X(CELER_DEVICE_SAMPLE, FLAG, "1", "0: a GPU session samples on the host and runs the unpipelined loop")         \
     X(CELER_FUSE, FLAG, "1", "0: q/k/v and gate/up weights are uploaded separately instead of fused")              \

@@ -1,7 +1,8 @@
 /* cli/cmd_bench.c: `celer bench`: llama-bench-style prefill (ppN) and decode (tgN)
  * throughput, mean +- stddev over repetitions, with each figure beside its limit:
  * decode as weight-read GB/s against the read bandwidth measured in the same run,
- * prefill as GFLOP/s of the layers' matrix products. With -npl LIST it runs the
+ * prefill as GFLOP/s of the layers' matrix products; the CPU kernel level in use
+ * (celer_cpu_kernels) is printed with them. With -npl LIST it runs the
  * llama-batched-bench table instead (bench_batched.c). */
 #include <math.h>
 #include <limits.h>
@@ -128,6 +129,8 @@ int cmd_bench(int argc, char **argv) {
     int gpu = strcmp(in.backend, "CPU") != 0;
     if (tty) fprintf(stderr, "bench: measuring %s bandwidth\n", gpu ? "device copy" : "read");
     double bw = celer_model_bandwidth(m);
+    /* the prefill ceiling: the FMA peak of the CPU kernel level in use (CPU only) */
+    double peak = !gpu && np ? celer_cpu_fma_peak(in.threads) : -1;
     char bw_what[64];
     if (gpu) snprintf(bw_what, sizeof bw_what, "device copy bandwidth (%s, measured now)", in.backend);
     else snprintf(bw_what, sizeof bw_what, "read bandwidth (measured now, %d threads)", in.threads);
@@ -175,6 +178,7 @@ int cmd_bench(int argc, char **argv) {
                        in.backend, in.threads, tests[t].name, tsb);
             }
             printf("\n%s: %.1f GB/s\n", bw_what, bw);
+            printf("CPU kernels: %s (CELER_CPU forces generic, avx2 or avx512)\n", celer_cpu_kernels());
             for (int t = 0; t < nt; t++) {
                 const bench_test *bt = &tests[t];
                 if (bt->n_gen) {
@@ -183,8 +187,12 @@ int cmd_bench(int argc, char **argv) {
                     printf("%s: %.3f GB read per token (weights + mean KV) -> %.1f GB/s = %.0f%% of the %s bandwidth\n",
                            bt->name, bytes / 1e9, gbs, 100 * gbs / bw, gpu ? "copy" : "read");
                 } else {
-                    printf("%s: %.2f GFLOP per token (layer matmuls) -> %.1f GFLOP/s\n", bt->name, flops / 1e9,
+                    printf("%s: %.2f GFLOP per token (layer matmuls) -> %.1f GFLOP/s", bt->name, flops / 1e9,
                            flops * bt->mean / 1e9);
+                    if (peak > 0)
+                        printf(" = %.0f%% of the %.0f GFLOP/s FMA peak (%s, %d threads, measured now)",
+                               100 * flops * bt->mean / 1e9 / peak, peak, celer_cpu_kernels(), in.threads);
+                    printf("\n");
                 }
             }
         } else {
@@ -198,12 +206,13 @@ int cmd_bench(int argc, char **argv) {
                        label, in.model_type, in.format, (unsigned long long)in.weight_bytes, (long long)in.n_params,
                        in.backend, in.threads, bt->name, bt->n_prompt, bt->n_gen, depth, bt->mean, bt->sd);
                 for (int r = 0; r < reps; r++) printf("%s%.4f", r ? ", " : "", bt->ts[r]);
-                printf("], \"read_bandwidth_gbs\": %.3f, ", bw);
+                printf("], \"cpu_kernels\": \"%s\", \"read_bandwidth_gbs\": %.3f, ", celer_cpu_kernels(), bw);
                 if (bt->n_gen)
                     printf("\"bytes_per_token\": %.0f, \"gbs\": %.3f, \"bandwidth_ratio\": %.4f}", bytes,
                            bytes * bt->mean / 1e9, bytes * bt->mean / 1e9 / bw);
                 else
-                    printf("\"flops_per_token\": %.0f, \"gflops\": %.3f}", flops, flops * bt->mean / 1e9);
+                    printf("\"flops_per_token\": %.0f, \"gflops\": %.3f, \"fma_peak_gflops\": %.3f}", flops,
+                           flops * bt->mean / 1e9, peak);
                 printf("%s\n", t + 1 < nt ? "," : "");
             }
             printf("]\n");

@@ -1,6 +1,9 @@
 /* backend/cpu/attention.c: grouped-query causal attention over a cache view, with
  * optional sliding window, logit softcap and per-head sinks. One pass over the keys
- * with an online softmax (running max and sum), so no [T, n] score matrix is stored. */
+ * with an online softmax (running max and sum), so no [T, n] score matrix is stored.
+ * At the avx512 level the query rows of a KV group go through key tiles of 16
+ * (attention_avx512.c); otherwise each (token, head) walks the keys one at a time
+ * with the level's dot / axpy loops. */
 #include <math.h>
 #include <string.h>
 
@@ -80,11 +83,37 @@ static void attn_task(void *ctx, int task, int n_tasks) {
     for (long i = lo; i < hi; i++) attend_one(j, (int)(i / j->p->n_heads), (int)(i % j->p->n_heads));
 }
 
+/* avx512 key tiles: task i covers token tile i / n_kv (tq tokens) of KV group i % n_kv. */
+typedef struct {
+    const float *q;
+    const int32_t *qpos;
+    int T, tq;
+    const attn_kv *kv;
+    const attn_params *p;
+    float *out;
+} tile_job;
+
+static void tile_task(void *ctx, int task, int n_tasks) {
+    (void)n_tasks;
+    const tile_job *j = ctx;
+    int t0 = (task / j->p->n_kv) * j->tq, t1 = t0 + j->tq < j->T ? t0 + j->tq : j->T;
+    attn_tile_avx512(j->q, j->qpos, t0, t1, task % j->p->n_kv, j->kv, j->p, j->out);
+}
+
 void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv,
                    const attn_params *p, float *out) {
     cpu_backend *c = b->impl;
+    const int hpk = p->n_heads / p->n_kv;
+    if (cpu_level() >= CPU_AVX512 && p->head_dim % 16 == 0 && p->head_dim <= ATTN_MAX_HD && hpk <= 16) {
+        tile_job tj = {q, qpos, T, 16 / hpk, kv, p, out};
+        pool_run(c->pool, ((T + tj.tq - 1) / tj.tq) * p->n_kv, tile_task, &tj);
+        return;
+    }
+    const int level = cpu_level();
     attn_job j = {q, qpos, T, kv, p, out,
-                  cpu_has_avx2() && p->head_dim % 8 == 0 ? &attn_kernels_avx2 : &attn_kernels_portable};
+                  level >= CPU_AVX512 && p->head_dim % 16 == 0 ? &attn_kernels_avx512
+                  : level >= CPU_AVX2 && p->head_dim % 8 == 0  ? &attn_kernels_avx2
+                                                               : &attn_kernels_portable};
     long total = (long)T * p->n_heads;
     int tasks = total < c->n_threads ? (int)total : c->n_threads;
     pool_run(c->pool, tasks, attn_task, &j);

@@ -1,11 +1,22 @@
 /* backend/cpu/attn_kernels.h: the inner loops of CPU attention, chosen once per call
- * (portable, or AVX2 in attention_avx2.c when the CPU has it and head_dim % 8 == 0). */
+ * (portable; AVX2 in attention_avx2.c at the avx2 level and up when head_dim % 8 == 0;
+ * AVX-512 in attention_avx512.c at the avx512 level when head_dim % 16 == 0). */
 #ifndef CELER_ATTN_KERNELS_H
 #define CELER_ATTN_KERNELS_H
+#include "backend/backend.h"
+
 typedef struct {
     float (*dot)(const float *a, const float *b, int n);                   /* sum a[i] b[i] */
     void (*scale_axpy)(float *o, float f, float e, const float *v, int n); /* o = o f + e v */
 } attn_kernels;
 
 extern const attn_kernels attn_kernels_avx2;
+extern const attn_kernels attn_kernels_avx512;
+
+/* The avx512 level's key-tiled attention (attention_avx512.c) for head_dim % 16 == 0
+ * and head_dim <= ATTN_MAX_HD: the rows (t, h) for tokens [t0, t1) and the heads of
+ * KV group g ((t1 - t0) * n_heads / n_kv <= 16), written to out as attention.c does. */
+#define ATTN_MAX_HD 512
+void attn_tile_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g, const attn_kv *kv,
+                      const attn_params *p, float *out);
 #endif

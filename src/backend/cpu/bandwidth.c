@@ -29,8 +29,10 @@ static void bw_task(void *ctx, int task, int n_tasks) {
     bw_job *j = ctx;
     long lo, hi;
     pool_range((long)j->bytes, task, n_tasks, 4096, &lo, &hi);
-    uint64_t s = cpu_has_avx2() ? cpu_read_sum_avx2(j->buf + lo, (size_t)(hi - lo))
-                                : read_sum_portable(j->buf + lo, (size_t)(hi - lo));
+    const int level = cpu_level();
+    uint64_t s = level >= CPU_AVX512 ? cpu_read_sum_avx512(j->buf + lo, (size_t)(hi - lo))
+                 : level >= CPU_AVX2 ? cpu_read_sum_avx2(j->buf + lo, (size_t)(hi - lo))
+                                     : read_sum_portable(j->buf + lo, (size_t)(hi - lo));
     atomic_fetch_xor(&j->sink, s);
 }
 

@@ -11,4 +11,5 @@ double cpu_read_bandwidth(int n_threads, size_t bytes);
 /* Sums the first 4 * floor(n / 512) * 128 bytes of p (4 interleaved streams) with
  * wide loads so the reads cannot be elided. */
 uint64_t cpu_read_sum_avx2(const void *p, size_t n);
+uint64_t cpu_read_sum_avx512(const void *p, size_t n);
 #endif

@@ -193,6 +193,7 @@ backend *backend_cpu_new(int n_threads, int64_t max_cols) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = n > 0 ? (int)n : 1;
     }
+    if (cpu_level_check() != 0) return NULL; /* CELER_CPU asks for what this CPU lacks */
     backend *b = mem_calloc(1, sizeof *b, "backend");
     cpu_backend *c = mem_calloc(1, sizeof *c, "CPU backend");
     if (!b || !c) goto fail;

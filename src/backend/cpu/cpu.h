@@ -20,12 +20,16 @@ typedef struct {
  * MM_NR weight rows. The packed weight panel is [cols, MM_NR] float32. */
 #define MM_MR 6
 #define MM_NR 16
+/* Register tile of the AVX-512 GEMM (matmul_avx512.c): panel [cols, MM512_NR]. */
+#define MM512_MR 12
+#define MM512_NR 32
 /* Floats of per-thread scratch any matmul kernel may use for rows of `cols`:
- * the GEMM's packed panel [cols, MM_NR] plus its 8-row dequant staging [8, cols]
- * (24 cols), more than the portable kernel's [MM_TILE, cols] and the quantized GEMV's
- * per-group activation sums, row scales and transformed activations (< 5 cols);
- * plus the GEMM's edge tile. Callers allocate it 64-byte aligned. */
-#define MM_SCRATCH(cols) (28L * (long)(cols) + 1024L)
+ * the AVX-512 GEMM's packed panel [cols, MM512_NR] plus its 8-row dequant staging
+ * [8, cols] (40 cols), more than the AVX2 GEMM's (24), the portable kernel's
+ * [MM_TILE, cols] and the quantized GEMV's per-group activation sums, row scales and
+ * transformed activations (< 5 cols); plus the GEMMs' edge tiles. Callers allocate
+ * it 64-byte aligned. */
+#define MM_SCRATCH(cols) (44L * (long)(cols) + 1024L)
 
 /* Computes rows [r0, r1) of W [rows, cols] @ x [T, cols] -> y [T, rows].
  * scratch holds MM_SCRATCH(w->cols) floats owned by the calling thread, 64-byte
@@ -33,8 +37,30 @@ typedef struct {
  * or the thread count), so any split of the rows gives bit-identical results. */
 typedef void (*mm_kernel)(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
 
-/* The fastest kernel for this weight format, batch size and CPU. */
+/* Kernel levels (cpu_level.c): each includes the ones below it. */
+enum { CPU_GENERIC = 0, CPU_AVX2 = 1, CPU_AVX512 = 2 };
+/* The best level this processor and OS run. */
+int cpu_level_hw(void);
+/* The level in force: CELER_CPU (CELER_NO_SIMD=1: generic) when it names one the
+ * processor has, else cpu_level_hw(). */
+int cpu_level(void);
+/* 0, or -1 and an error naming CELER_CPU's value when it is not a level or asks for
+ * one this processor lacks (backend_cpu_new fails then). */
+int cpu_level_check(void);
+const char *cpu_level_name(int level);
+/* Tests only: behave as if the processor ran at most `level` (-1: as it is), so the
+ * errors and skips of a lesser processor are tested on this one. */
+void cpu_level_pretend_hw(int level);
+/* AVX512_BF16 / AVX512_VNNI present and the level in force is avx512. */
+int cpu_has_avx512_bf16(void);
+int cpu_has_avx512_vnni(void);
+/* cpu_level() >= CPU_AVX2 */
+int cpu_has_avx2(void);
+
+/* The fastest kernel for this weight format, batch size and cpu_level(). */
 mm_kernel mm_select(const weight *w, int T);
+/* The same at a given level (<= cpu_level_hw(); tests compare every level). */
+mm_kernel mm_select_level(const weight *w, int T, int level);
 /* A short name for a kernel ("avx2 gemv bf16", "portable", ...), for benchmarks. */
 const char *mm_kernel_name(mm_kernel k);
 /* The portable reference kernel (every format; tests compare against it). */
@@ -42,7 +68,20 @@ void mm_portable(const weight *w, const float *x, float *y, int T, long r0, long
 /* AVX2+FMA kernels (matmul_avx2.c), or NULL when the format has none there. */
 mm_kernel mm_select_avx2(const weight *w, int T);
 const char *mm_kernel_name_avx2(mm_kernel k);
-int cpu_has_avx2(void);
+/* The GEMMs' panel packing (AVX2 code, shared by the AVX-512 GEMM): weight rows
+ * [r, r + nr) dequantized to panel [cols, np] (np % 8 == 0, nr <= np, missing rows
+ * zero; panel 32-byte aligned), stage [8, cols] scratch. */
+void mm_pack_panel_avx2(const weight *w, long r, long nr, float *panel, int np, float *stage);
+/* AVX-512 kernels (matmul_avx512.c), or NULL where the AVX2 ones serve. */
+mm_kernel mm_select_avx512(const weight *w, int T);
+const char *mm_kernel_name_avx512(mm_kernel k);
+
+/* The float32 FMA peak of `level` (<= cpu_level_hw()) with n_threads threads at
+ * once, GFLOP/s (best of 3 register-only runs per thread, summed); -1 on error.
+ * peak.c; the per-level loops return the flops they did. */
+double cpu_fma_peak(int level, int n_threads);
+double cpu_fma_chains_avx2(long iters, float *sink);
+double cpu_fma_chains_avx512(long iters, float *sink);
 
 /* The CPU's entry point of every op of backend/ops_list.h: cpu_<op>, with the table's
  * signature (element-wise ops in cpu.c, matmul.c, attention.c, moe.c). */

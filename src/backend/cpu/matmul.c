@@ -1,41 +1,14 @@
 /* backend/cpu/matmul.c: matrix products over every weight format: the portable
- * reference kernel, kernel selection per format, batch size and CPU (CELER_NO_SIMD=1
- * forces the portable one), and the split of output rows across the pool (each
+ * reference kernel, kernel selection per format, batch size and kernel level
+ * (cpu_level.c: avx512, avx2, generic), and the split of output rows across the pool (each
  * thread reads a disjoint slice of the weight once per call, whatever T is). */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/settings.h"
 #include "backend/cpu/cpu.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
-
-/* AVX2 + FMA + F16C in the CPU and YMM state enabled by the OS (cpuid and xgetbv
- * directly: clang's __builtin_cpu_supports does not know "f16c"). */
-static int cpu_probe_avx2(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-    const unsigned fma = 1u << 12, osxsave = 1u << 27, avx = 1u << 28, f16c = 1u << 29;
-    if ((c & (fma | osxsave | avx | f16c)) != (fma | osxsave | avx | f16c)) return 0;
-    unsigned lo, hi;
-    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & 6) != 6) return 0; /* XMM and YMM state */
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    return (b >> 5) & 1; /* AVX2 */
-}
-#else
-static int cpu_probe_avx2(void) { return 0; }
-#endif
-
-int cpu_has_avx2(void) {
-    static int v = -1; /* a benign race: every thread computes the same value */
-    if (v < 0) {
-        v = !setting_flag(SET_CELER_NO_SIMD) && cpu_probe_avx2();
-    }
-    return v;
-}
+int cpu_has_avx2(void) { return cpu_level() >= CPU_AVX2; }
 
 /* Dequantizes up to MM_TILE rows into scratch, then dots each with every x row. */
 void mm_portable(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
@@ -60,14 +33,20 @@ void mm_portable(const weight *w, const float *x, float *y, int T, long r0, long
     }
 }
 
-mm_kernel mm_select(const weight *w, int T) {
-    mm_kernel k = cpu_has_avx2() ? mm_select_avx2(w, T) : NULL;
+mm_kernel mm_select_level(const weight *w, int T, int level) {
+    mm_kernel k = NULL;
+    if (level > cpu_level_hw()) level = cpu_level_hw(); /* never an instruction the CPU lacks */
+    if (level >= CPU_AVX512) k = mm_select_avx512(w, T);
+    if (!k && level >= CPU_AVX2) k = mm_select_avx2(w, T);
     return k ? k : mm_portable;
 }
 
+mm_kernel mm_select(const weight *w, int T) { return mm_select_level(w, T, cpu_level()); }
+
 const char *mm_kernel_name(mm_kernel k) {
     if (k == mm_portable) return "portable";
-    const char *n = cpu_has_avx2() ? mm_kernel_name_avx2(k) : NULL;
+    const char *n = cpu_level_hw() >= CPU_AVX512 ? mm_kernel_name_avx512(k) : NULL;
+    if (!n && cpu_level_hw() >= CPU_AVX2) n = mm_kernel_name_avx2(k);
     return n ? n : "?";
 }
 
@@ -83,8 +62,9 @@ typedef struct {
 static void mm_task(void *ctx, int task, int n_tasks) {
     mm_job *j = ctx;
     long lo, hi;
-    /* 16-row alignment keeps each slice on whole cache lines of y and whole GEMM panels */
-    pool_range((long)j->w->rows, task, n_tasks, 16, &lo, &hi);
+    /* 32-row alignment keeps each slice on whole cache lines of y and whole GEMM
+     * panels (16 rows in the AVX2 GEMM, 32 in the AVX-512 one) */
+    pool_range((long)j->w->rows, task, n_tasks, 32, &lo, &hi);
     float *scratch = j->c->scratch + (long)pool_thread_index() * j->c->scratch_per;
     if (lo < hi) j->k(j->w, j->x, j->y, j->T, lo, hi, scratch);
 }

@@ -499,11 +499,37 @@ INLINE void transpose8(__m256 *v) {
     v[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-/* Packs weight rows [r, r + nr) (nr <= MM_NR; missing rows are zero) into
- * panel [cols, MM_NR]: panel[k * MM_NR + i] = W[r + i, k]. stage is [8, cols]. */
-static void pack_panel(const weight *w, long r, long nr, float *panel, float *stage) {
+/* Packs weight rows [r, r + nr) (nr <= np; missing rows are zero) into
+ * panel [cols, np]: panel[k * np + i] = W[r + i, k]; np is a multiple of 8 (MM_NR
+ * here, the AVX-512 GEMM's 32 in matmul_avx512.c). stage is [8, cols]. */
+void mm_pack_panel_avx2(const weight *w, long r, long nr, float *panel, int np, float *stage) {
     const long n = (long)w->cols;
-    for (int h = 0; h < MM_NR / 8; h++) {
+    for (int h = 0; h < np / 8; h++) {
+        if (w->fmt != WF_AFFINE && w->fmt != WF_MXFP4 && 8 * h + 8 <= nr) {
+            /* float rows: 8x8 blocks straight from the weight (no staging copy, which
+             * cost about a quarter of the GEMM's time at T = 512) */
+            const long r8 = r + 8 * h;
+            long k = 0;
+            for (; k + 8 <= n; k += 8) {
+                __m256 v[8];
+                for (int i = 0; i < 8; i++) {
+                    const long o = (r8 + i) * n + k;
+                    v[i] = w->fmt == WF_BF16  ? bf16x8((const uint16_t *)w->data + o)
+                           : w->fmt == WF_F16 ? f16x8((const uint16_t *)w->data + o)
+                                              : _mm256_loadu_ps((const float *)w->data + o);
+                }
+                transpose8(v);
+                for (int i = 0; i < 8; i++) _mm256_store_ps(panel + (k + i) * np + 8 * h, v[i]);
+            }
+            for (; k < n; k++) {
+                const long o = r8 * n + k;
+                for (int i = 0; i < 8; i++)
+                    panel[k * np + 8 * h + i] = w->fmt == WF_BF16  ? bf16_to_f32(((const uint16_t *)w->data)[o + i * n])
+                                                : w->fmt == WF_F16 ? f16_to_f32(((const uint16_t *)w->data)[o + i * n])
+                                                                   : ((const float *)w->data)[o + i * n];
+            }
+            continue;
+        }
         for (long i = 0; i < 8; i++) {
             if (8 * h + i < nr) dequant_row(w, r + 8 * h + i, stage + i * n);
             else memset(stage + i * n, 0, (size_t)n * sizeof(float));
@@ -513,10 +539,10 @@ static void pack_panel(const weight *w, long r, long nr, float *panel, float *st
             __m256 v[8];
             for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_ps(stage + i * n + k);
             transpose8(v);
-            for (int i = 0; i < 8; i++) _mm256_store_ps(panel + (k + i) * MM_NR + 8 * h, v[i]);
+            for (int i = 0; i < 8; i++) _mm256_store_ps(panel + (k + i) * np + 8 * h, v[i]);
         }
         for (; k < n; k++)
-            for (int i = 0; i < 8; i++) panel[k * MM_NR + 8 * h + i] = stage[i * n + k];
+            for (int i = 0; i < 8; i++) panel[k * np + 8 * h + i] = stage[i * n + k];
     }
 }
 
@@ -564,7 +590,7 @@ static void gemm_packed(const weight *w, const float *x, float *y, int T, long r
     float *edge = stage + ((8 * K + 15) & ~15L);
     for (long r = r0; r < r1; r += MM_NR) {
         long nr = r1 - r < MM_NR ? r1 - r : MM_NR;
-        pack_panel(w, r, nr, panel, stage);
+        mm_pack_panel_avx2(w, r, nr, panel, MM_NR, stage);
         for (int t = 0; t < T; t += MM_MR) {
             int mr = T - t < MM_MR ? T - t : MM_MR;
             float *c = y + (long)t * rows + r;

@@ -1,0 +1,124 @@
+/* tests/test_attention_levels.c: CPU attention at every kernel level this processor
+ * runs (CELER_CPU through setting_override; a level it lacks is skipped with the
+ * reason printed) against a double-precision softmax(q k^T) v computed here: grouped
+ * heads (1, 2, 4, 8 per KV group), head dims on and off the 16-wide tiles, key counts
+ * off every tile multiple, cache rows in shuffled position order with gaps and future
+ * positions, sliding window, softcap and sinks, 1 to 40 query tokens. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "base/settings.h"
+#include "harness.h"
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static double rnd(void) { /* [-1, 1) */
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+typedef struct {
+    int heads, kv, hd, T, n, window;
+    float softcap;
+    int sinks;
+} acase;
+
+/* out [T, heads, hd] by the definition, in double */
+static void reference(const acase *c, const float *q, const int32_t *qpos, const attn_kv *kv, const attn_params *p,
+                      double *out) {
+    double *s = malloc((size_t)c->n * sizeof *s);
+    for (int t = 0; t < c->T; t++)
+        for (int h = 0; h < c->heads; h++) {
+            int g = h / (c->heads / c->kv);
+            const float *qh = q + ((long)t * c->heads + h) * c->hd;
+            double mx = p->sinks ? p->sinks[h] : -INFINITY;
+            for (int r = 0; r < c->n; r++) {
+                int32_t kp = kv->pos[r];
+                if (kp > qpos[t] || (p->window > 0 && qpos[t] - kp >= p->window)) { s[r] = NAN; continue; }
+                double d = 0;
+                for (int i = 0; i < c->hd; i++) d += (double)qh[i] * ((const float *)kv->k)[(long)r * kv->row_stride + (long)g * c->hd + i];
+                d *= p->scale;
+                if (p->softcap > 0) d = p->softcap * tanh(d / p->softcap);
+                s[r] = d;
+                if (d > mx) mx = d;
+            }
+            double l = p->sinks ? exp(p->sinks[h] - mx) : 0;
+            double *o = out + ((long)t * c->heads + h) * c->hd;
+            for (int i = 0; i < c->hd; i++) o[i] = 0;
+            for (int r = 0; r < c->n; r++) {
+                if (isnan(s[r])) continue;
+                double e = exp(s[r] - mx);
+                l += e;
+                for (int i = 0; i < c->hd; i++) o[i] += e * ((const float *)kv->v)[(long)r * kv->row_stride + (long)g * c->hd + i];
+            }
+            for (int i = 0; i < c->hd; i++) o[i] = l > 0 ? o[i] / l : 0;
+        }
+    free(s);
+}
+
+static void run_case(const acase *c, int level) {
+    long row = (long)c->kv * c->hd + 8; /* padded rows, as a cache view may have */
+    float *k = malloc((size_t)c->n * row * 4), *v = malloc((size_t)c->n * row * 4);
+    float *q = malloc((size_t)c->T * c->heads * c->hd * 4), *out = malloc((size_t)c->T * c->heads * c->hd * 4);
+    double *ref = malloc((size_t)c->T * c->heads * c->hd * sizeof *ref);
+    int32_t *pos = malloc((size_t)c->n * 4), *qpos = malloc((size_t)c->T * 4);
+    float sinks[64];
+    for (long i = 0; i < c->n * row; i++) { k[i] = (float)rnd(); v[i] = (float)rnd(); }
+    for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) q[i] = (float)(2 * rnd());
+    /* positions 0, 2, 4, ... shuffled over the rows; queries at the last positions
+     * (some keys lie in their future) */
+    for (int r = 0; r < c->n; r++) pos[r] = 2 * r;
+    for (int r = c->n - 1; r > 0; r--) {
+        int j = (int)((rnd() * 0.5 + 0.5) * (r + 1)) % (r + 1);
+        int32_t x = pos[r]; pos[r] = pos[j]; pos[j] = x;
+    }
+    for (int t = 0; t < c->T; t++) qpos[t] = 2 * c->n - c->T - 5 + t;
+    for (int h = 0; h < c->heads; h++) sinks[h] = (float)rnd();
+    attn_kv kv = {k, v, pos, c->n, row, KVT_F32};
+    attn_params p = {c->heads, c->kv, c->hd, 1.0f / sqrtf((float)c->hd), c->window, c->softcap, c->sinks ? sinks : NULL};
+    reference(c, q, qpos, &kv, &p, ref);
+    static const char *const names[] = {"generic", "avx2", "avx512"};
+    setting_override(SET_CELER_CPU, names[level]);
+    backend *b = backend_cpu_new(2, 64);
+    CHECK(b != NULL, "backend");
+    if (b) {
+        for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) out[i] = NAN;
+        b->ops->attention(b, q, qpos, c->T, &kv, &p, out);
+        double worst = 0;
+        for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) {
+            double e = fabs(out[i] - ref[i]);
+            if (!(e <= worst)) worst = e;
+        }
+        CHECK(worst < 2e-5, "%s: heads %d/%d hd %d T %d n %d window %d softcap %g sinks %d: max err %g", names[level],
+              c->heads, c->kv, c->hd, c->T, c->n, c->window, c->softcap, c->sinks, worst);
+        backend_free(b);
+    }
+    setting_override(SET_CELER_CPU, NULL);
+    free(k); free(v); free(q); free(out); free(ref); free(pos); free(qpos);
+}
+
+static const acase cases[] = {
+    {16, 8, 128, 1, 1, 0, 0, 0},     {16, 8, 128, 1, 300, 0, 0, 0},   {16, 8, 128, 40, 77, 0, 0, 0},
+    {8, 2, 64, 7, 33, 0, 0, 1},      {8, 8, 256, 3, 50, 20, 0, 0},    {32, 4, 128, 9, 100, 0, 30.0f, 0},
+    {4, 4, 80, 5, 41, 0, 0, 0},      {8, 1, 64, 2, 129, 16, 0, 1},    {6, 3, 48, 17, 16, 0, 0, 0},
+    {16, 8, 512, 2, 35, 0, 0, 0},    {2, 1, 16, 40, 200, 33, 50.0f, 1},
+};
+
+static int level;
+static void attention_cases(void) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], level);
+}
+
+int main(void) {
+    for (level = CPU_GENERIC; level <= CPU_AVX512; level++) {
+        if (level > cpu_level_hw()) {
+            printf("skip: level %s: this CPU lacks it (it runs up to %s)\n", cpu_level_name(level),
+                   cpu_level_name(cpu_level_hw()));
+            continue;
+        }
+        printf("level %s\n", cpu_level_name(level));
+        RUN(attention_cases);
+    }
+    return harness_done();
+}
