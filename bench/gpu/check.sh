@@ -13,8 +13,10 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  # `make test-cuda`'s list, and the snapshot fixtures on the GPU
   for t in "$NEW"/tests/cuda/test_cuda_kernels "$NEW"/tests/cuda/test_cuda_sample "CELER_DEVICE=cuda $NEW/tests/test_fixtures_models" \
-           "$NEW"/tests/cuda/test_cuda_kv "$NEW"/tests/cuda/test_cuda_graph "$NEW"/tests/cuda/test_cuda_decode; do
+           "$NEW"/tests/cuda/test_cuda_precision "$NEW"/tests/cuda/test_cuda_kv "$NEW"/tests/cuda/test_cuda_graph \
+           "$NEW"/tests/cuda/test_cuda_decode "$NEW"/tests/cuda/test_cuda_batch "CELER_DEVICE=cuda $NEW/tests/test_snapshot_fixtures"; do
     [ -x "${t##* }" ] || { echo "== $t: not packed, skipped"; continue; }
     echo "== $t"; env $t > "$OUT/$(basename "${t##* }").log" 2>&1; r=$?
     tail -n 3 "$OUT/$(basename "${t##* }").log"; [ $r = 0 ] || { echo "FAILED: $t (exit $r)"; rc=1; }
