@@ -216,7 +216,7 @@ static void check_model(const char *name) {
 static void make_dense(celer_session *s) {
     for (int l = 0; l < s->cm->m->cfg.n_layers; l++) {
         kv_cache *c = s->caches[l];
-        s->caches[l] = kv_dense_new(c->n_kv, c->head_dim, s->ctx, s->max_T);
+        s->caches[l] = engine_cache_new(s->cm->m, l, KV_DENSE, s->ctx, s->max_T); /* on a GPU: in its memory */
         s->caches[l]->stats = &s->stats;
         kv_free(c);
     }

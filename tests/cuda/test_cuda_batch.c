@@ -125,7 +125,14 @@ static int generated(celer_model *m, const lone_run *r, int32_t got[N][STEPS], i
     return rc;
 }
 
+/* In each precision (exact: every logit within 5e-2 and the tokens of the lone run
+ * until a near tie; fast: bf16 products and a bf16 cache, the same checks, ties
+ * judged against the deviation measured). */
+static const char *precision = "exact";
+
 static void batch_equals_alone(const char *dir) {
+    setting_override(SET_CELER_PRECISION, precision);
+    printf("  %s precision\n", precision);
     celer_model *m = celer_model_open_on(dir, 2, "cuda");
     CHECK(m != NULL, "%s: %s", dir, celer_last_error());
     if (!m) return;
@@ -175,10 +182,14 @@ static void batch_equals_alone(const char *dir) {
     int n_got[N];
     CHECK(m && generated(m, r, got, n_got) == 0, "%s: generation loop", dir);
     int compared = 0, wrong = 0;
+    /* a top-2 gap within twice the batched logits' measured deviation from the lone
+     * run is a tie either run may break its own way (the fast precision rounds
+     * activations to bf16, and how cuBLAS splits a product depends on its rows) */
+    const float tie = fmaxf(1e-3f, (float)(2 * e));
     for (int i = 0; i < N && m; i++) {
         CHECK(n_got[i] == steps_of(i), "%s: sequence %d generated %d tokens, want %d", dir, i, n_got[i], steps_of(i));
         for (int t = 0; t < n_got[i] && t < steps_of(i); t++) {
-            if (r->margin[i][t] < 1e-3f) break; /* a near tie: the paths may differ from here on */
+            if (r->margin[i][t] < tie) break; /* a near tie: the paths may differ from here on */
             compared++;
             if (got[i][t] != r->tok[i][t]) {
                 if (wrong++ < 5)
@@ -189,7 +200,8 @@ static void batch_equals_alone(const char *dir) {
         }
     }
     printf("  %s: generation loop: %d tokens compared, %d sequences differ\n", dir, compared, wrong);
-    CHECK(compared > N * 5 && wrong == 0, "%s: %d sequences generate other tokens batched than alone", dir, wrong);
+    /* the fast precision's wider ties leave fewer tokens to compare */
+    CHECK(compared > (strcmp(precision, "fast") == 0 ? N : N * 5) && wrong == 0, "%s: %d sequences generate other tokens batched than alone", dir, wrong);
     for (int i = 0; i < N; i++) {
         free(r->logits[i]);
         free(b1[i]);
@@ -204,6 +216,10 @@ static void gemma3_rotating(void) { batch_equals_alone("tests/fixtures/models/ge
 static void gpt_oss_sinks(void) { batch_equals_alone("tests/fixtures/models/gpt_oss"); }
 
 int main(void) {
+    RUN(llama);
+    RUN(gemma3_rotating);
+    RUN(gpt_oss_sinks);
+    precision = "fast";
     RUN(llama);
     RUN(gemma3_rotating);
     RUN(gpt_oss_sinks);
