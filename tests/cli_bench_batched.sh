@@ -4,21 +4,7 @@
 # counted (N_KV = B x (PP + TG) cache tokens at the end, B x TG tokens generated in
 # T_TG), S columns consistent with the T columns, json rows that parse, and usage
 # errors (bad lists, combinations over the context) that exit 2 naming the flag.
-set -u
-C=${CELER_BIN:-build/celer}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()   { pass=$((pass + 1)); echo "ok   $1"; }
-bad()  { fail=$((fail + 1)); echo "FAIL $1"; }
-expect() { # name, wanted exit code, grep pattern for output (or ""), command...
-  local name=$1 want=$2 pat=$3; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$want" ]; then bad "$name (exit $rc, want $want): $out"; return; fi
-  if [ -n "$pat" ] && ! grep -q -- "$pat" <<<"$out"; then bad "$name: output lacks '$pat': $out"; return; fi
-  ok "$name"
-}
+. "$(dirname "$0")/lib.sh"
 "$C" synth --shape tiny -o "$T/tiny" >/dev/null || { echo "FAIL synth tiny"; echo "@@ 0 passed 1 failed"; exit 1; }
 M=$T/tiny   # llama shape, 2048 tokens of context
 

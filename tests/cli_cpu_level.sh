@@ -2,13 +2,7 @@
 # tests/cli_cpu_level.sh: CELER_CPU from the command line: `celer bench` names the
 # CPU kernel level in use (table and json), a forced level is the one used, and an
 # unknown level or one this processor lacks exits 1 naming CELER_CPU.
-set -u
-C=${CELER_BIN:-build/celer}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+. "$(dirname "$0")/lib.sh"
 "$C" synth --shape tiny -o "$T/tiny" >/dev/null 2>&1 || bad "synth tiny"
 out=$("$C" bench -m "$T/tiny" -p 16 -n 4 -r 1 -t 1 2>/dev/null)
 best=$(sed -n 's/^CPU kernels: \([a-z0-9]*\).*/\1/p' <<<"$out")

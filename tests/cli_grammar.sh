@@ -4,16 +4,8 @@
 # match: checked by node's JSON.parse and the schema's constraints, never by celer),
 # their errors, and tests/server/grammar.mjs (the openai npm client) against
 # `celer serve`. Every wait is bounded.
-set -u
-C=${CELER_BIN:-build/celer}
+. "$(dirname "$0")/lib.sh"
 B=$(dirname "$C")
-T=$(mktemp -d)
-pass=0; fail=0; PIDS=""
-cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-finish() { echo "@@ $pass passed $fail failed"; [ "$fail" = 0 ]; exit $?; }
 
 # ---- celer generate ----
 printf 'root ::= "Verse " [1-9] [0-9]? ": " ("light" | "darkness") "."\n' >"$T/v.gbnf"

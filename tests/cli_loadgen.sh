@@ -5,14 +5,8 @@
 # REQUESTS x MAX_TOKENS; the quantiles are ordered; the JSON line has every key; its
 # --table turns JSON lines into one markdown row each; bad arguments exit 2. No timing
 # is asserted.
-set -u
-C=${CELER_BIN:-build/celer}
-T=$(mktemp -d)
-pass=0; fail=0
-ok()   { pass=$((pass + 1)); echo "ok   $1"; }
-bad()  { fail=$((fail + 1)); echo "FAIL $1"; }
+. "$(dirname "$0")/lib.sh"
 PID=""
-trap '[ -n "$PID" ] && kill $PID 2>/dev/null; rm -rf "$T"' EXIT
 if ! cc -O2 -pthread tests/server/loadgen.c -o "$T/loadgen" 2>"$T/cc.log"; then
   echo "FAIL build loadgen: $(cat "$T/cc.log")"; echo "@@ 0 passed 1 failed"; exit 1
 fi

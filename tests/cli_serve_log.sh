@@ -3,15 +3,7 @@
 # stderr (text, --log-format json, -v, --quiet), llama-server's `timings`, response ids
 # and /slots (--slots). Servers run on 127.0.0.1 with models/default; their stderr goes to
 # a file that tests/server/reqlog.mjs reads. Every wait is bounded.
-set -u
-C=${CELER_BIN:-build/celer}
-T=$(mktemp -d)
-pass=0; fail=0; PIDS=""
-cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-finish() { echo "@@ $pass passed $fail failed"; [ "$fail" = 0 ]; exit $?; }
+. "$(dirname "$0")/lib.sh"
 
 # start NAME ARGS...: starts a server with its stderr in $T/NAME.log, sets PORT and PID and
 # waits (bounded) until it is ready: its "ready" line, or with QUIET_PORT (--quiet prints

@@ -5,16 +5,9 @@
 # against the tools' schemas: on models/default (hermes syntax), then on the gpt_oss
 # fixture with a harmony tokenizer (tests/server/harmony_tok.mjs: special-token markers);
 # then each server's clean exit.
-set -u
-C=${CELER_BIN:-build/celer}
+. "$(dirname "$0")/lib.sh"
+PID=""
 B=$(dirname "$C")
-T=$(mktemp -d)
-pass=0; fail=0; PID=""
-cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-finish() { echo "@@ $pass passed $fail failed"; [ "$fail" = 0 ]; exit $?; }
 
 NPM_DIR="$(cd "$B" && pwd)/npm"
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
