@@ -61,6 +61,19 @@ expect "top_logprobs: 21" 400 "'top_logprobs' must be in \[0, 20\]" \
   /v1/chat/completions '{"messages":[{"role":"user","content":"a"}],"logprobs":true,"top_logprobs":21}'
 
 # ---- --max-concurrent 3: three idle connections hold every place ----
+# (a server of its own with a long --timeout: on a loaded machine a client may take
+# longer to start than the first server's 2 s, which would close the idle connections
+# before the request that should find no place)
+"$C" serve -m models/default --port 0 -np 1 -c 128 --max-concurrent 3 --timeout 60 --no-cache-prompt \
+  >"$T/srv2.log" 2>&1 &
+PID2=$!; PIDS="$PIDS $PID2"; PORT1=$PORT; PORT=""
+for _ in $(seq 1 600); do
+  PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/srv2.log" | grep -o '[0-9]*$')
+  [ -n "$PORT" ] && grep -q ' ready ' "$T/srv2.log" && break
+  kill -0 "$PID2" 2>/dev/null || break
+  sleep 0.1
+done
+grep -q ' ready ' "$T/srv2.log" || bad "second server did not start: $(cat "$T/srv2.log")"
 exec 5<>/dev/tcp/127.0.0.1/"$PORT" 6<>/dev/tcp/127.0.0.1/"$PORT" 7<>/dev/tcp/127.0.0.1/"$PORT"
 # (on a loaded machine the server may take a moment to take the three connections in)
 r=""
@@ -71,6 +84,7 @@ exec 5<&- 6<&- 7<&-
 r=""
 for _ in $(seq 1 50); do r=$(post /v1/completions '{"prompt":"a","max_tokens":1}'); [ "$(head -1 <<<"$r")" = 200 ] && break; sleep 0.1; done
 [ "$(head -1 <<<"$r")" = 200 ] && ok "--max-concurrent: 200 once they close" || bad "--max-concurrent after close: ${r:0:300}"
+kill -TERM "$PID2"; wait "$PID2" 2>/dev/null; PORT=$PORT1
 
 # ---- --timeout 2: an idle connection is closed; one that sends nothing more than a
 # partial request line too ----
