@@ -43,20 +43,7 @@ start() {
   done
   bad "$name: server did not start: $(cat "$T/$name.log")"; return 1
 }
-stop() {
-  kill -TERM "$1" 2>/dev/null
-  for _ in $(seq 1 300); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$1" 2>/dev/null; then kill -KILL "$1"; return 1; fi
-  wait "$1"
-}
-node_case() {
-  local out rc
-  out=$(timeout 400 node tests/server/page.mjs "$@" 2>&1); rc=$?
-  echo "$out"
-  pass=$((pass + $(grep -c '^ok ' <<<"$out")))
-  fail=$((fail + $(grep -c '^FAIL ' <<<"$out")))
-  if [ "$rc" != 0 ] && ! grep -q '^FAIL ' <<<"$out"; then bad "page.mjs $1 exited $rc"; fi
-}
+node_case() { node_script 400 tests/server/page.mjs "$@"; }
 
 if start page -m models/default -c 1024 -np 2; then
   r=$(BODY=x get "http://127.0.0.1:$PORT/")

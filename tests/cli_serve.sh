@@ -28,22 +28,8 @@ start() {
   bad "$name: server did not start: $(cat "$T/$name.log")"; return 1
 }
 # stop PID: SIGTERM, then wait (bounded) for a clean exit
-stop() {
-  local pid=$1
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; return 1; fi
-  wait "$pid"
-}
 # node SCRIPT ARGS...: runs a test script (bounded), counts its ok/FAIL lines
-node_case() {
-  local out rc
-  out=$(timeout 300 node "tests/server/$1" "${@:2}" 2>&1); rc=$?
-  echo "$out"
-  pass=$((pass + $(grep -c '^ok ' <<<"$out")))
-  fail=$((fail + $(grep -c '^FAIL ' <<<"$out")))
-  if [ "$rc" != 0 ] && ! grep -q '^FAIL ' <<<"$out"; then bad "$1 exited $rc"; fi
-}
+node_case() { node_script 300 "tests/server/$1" "${@:2}"; }
 
 # ---- flags ----
 out=$("$C" serve --help 2>&1)

@@ -29,14 +29,7 @@ stop() {
   if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; bad "$name: server did not stop"; return; fi
   wait "$pid" && ok "$name: clean exit" || bad "$name: exit status $?: $(tail -20 "$T/$name.log")"
 }
-node_case() {
-  local out rc
-  out=$(timeout 300 node tests/server/abuse.mjs "$@" 2>&1); rc=$?
-  echo "$out"
-  pass=$((pass + $(grep -c '^ok ' <<<"$out")))
-  fail=$((fail + $(grep -c '^FAIL ' <<<"$out")))
-  if [ "$rc" != 0 ] && ! grep -q '^FAIL ' <<<"$out"; then bad "abuse.mjs $1 exited $rc"; fi
-}
+node_case() { node_script 300 tests/server/abuse.mjs "$@"; }
 
 start queue -np 1 --queue-size 4 --metrics -c 1024 && { node_case queue "$PORT"; stop queue "$PID"; }
 start burst -np 2 --queue-size 4 --metrics -c 1024 && { node_case burst "$PORT"; stop burst "$PID"; }

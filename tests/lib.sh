@@ -22,3 +22,21 @@ expect() { # name, wanted exit code, grep pattern for output (or ""), command...
   if [ -n "$pat" ] && ! grep -q -- "$pat" <<<"$out"; then bad "$name: output lacks '$pat': $out"; return; fi
   ok "$name"
 }
+# stop PID: SIGTERM, bounded wait (KILL and return 1 if it outlives it), its exit status
+stop() {
+  local pid=$1
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; return 1; fi
+  wait "$pid"
+}
+# node_script SECONDS FILE ARGS...: a node test script's "ok"/"FAIL" lines counted here;
+# an exit without a FAIL line is a failure too
+node_script() {
+  local limit=$1 file=$2 out rc; shift 2
+  out=$(timeout "$limit" node "$file" "$@" 2>&1); rc=$?
+  echo "$out"
+  pass=$((pass + $(grep -c '^ok ' <<<"$out")))
+  fail=$((fail + $(grep -c '^FAIL ' <<<"$out")))
+  if [ "$rc" != 0 ] && ! grep -q '^FAIL ' <<<"$out"; then bad "$(basename "$file") ${1:-} exited $rc"; fi
+}
