@@ -7,27 +7,21 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kv_elem.cuh"
+#include "backend/cuda/attn_merge.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_kernels.h"
 }
 
 #define ATT_WARPS 4
-#define KEYS_PER_SPLIT 256
-#define MAX_SPLITS 64
 #define MAX_HD 512
 
-static int n_splits(int n_keys) {
-    int s = (n_keys + KEYS_PER_SPLIT - 1) / KEYS_PER_SPLIT;
-    return s < 1 ? 1 : s > MAX_SPLITS ? MAX_SPLITS : s;
-}
-
 extern "C" size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys) {
-    const size_t a = (size_t)T * n_heads * n_splits(n_keys) * (head_dim + 2), b = cuk_flash_work(T, n_heads, head_dim, n_keys);
+    const size_t a = (size_t)T * n_heads * attn_splits(n_keys) * (head_dim + 2), b = cuk_flash_work(T, n_heads, head_dim, n_keys);
     return a > b ? a : b;
 }
 
-extern "C" int cuk_attention_bucket(int n_keys) { return n_splits(n_keys) * KEYS_PER_SPLIT; }
+extern "C" int cuk_attention_bucket(int n_keys) { return attn_splits(n_keys) * ATT_KEYS_PER_SPLIT; }
 
 /* grid (T * n_heads, splits); partial [T*n_heads, splits, hd + 2]: acc[hd], m, l */
 template <int HD, typename KT>
@@ -76,65 +70,46 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float 
 #pragma unroll
     for (int i = 0; i < PL; i++) sacc[warp][lane + 32 * i] = acc[i];
     __syncthreads();
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w]);
-    if (final_out) {
-        /* one split: kernel_attn_merge's arithmetic here, saving its launch */
-        float L = 0.f;
-        for (int w = 0; w < ATT_WARPS; w++) L += sm[w] == -INFINITY ? 0.f : sl[w] * __expf(sm[w] - M);
-        float M2 = sinks ? sinks[h] : -INFINITY;
-        M2 = fmaxf(M2, M);
-        float L2 = sinks ? __expf(sinks[h] - M2) : 0.f;
-        if (M != -INFINITY) L2 += L * __expf(M - M2);
-        const float inv = L2 > 0.f ? 1.f / L2 : 0.f;
-        for (int c = threadIdx.x; c < HD; c += blockDim.x) {
-            float s = 0.f;
-#pragma unroll
-            for (int w = 0; w < ATT_WARPS; w++) s += sm[w] == -INFINITY ? 0.f : sacc[w][c] * __expf(sm[w] - M);
-            float acc = 0.f;
-            if (M != -INFINITY) acc += s * __expf(M - M2);
-            final_out[(long)th * HD + c] = acc * inv;
-        }
-        return;
-    }
-    float *out = part + ((long)th * splits + split) * (HD + 2);
-    for (int c = threadIdx.x; c < HD; c += blockDim.x) {
-        float s = 0.f;
-#pragma unroll
-        for (int w = 0; w < ATT_WARPS; w++) s += sm[w] == -INFINITY ? 0.f : sacc[w][c] * __expf(sm[w] - M);
-        out[c] = s;
-    }
-    if (threadIdx.x == 0) {
-        float L = 0.f;
-        for (int w = 0; w < ATT_WARPS; w++) L += sm[w] == -INFINITY ? 0.f : sl[w] * __expf(sm[w] - M);
-        out[HD] = M;
-        out[HD + 1] = L;
-    }
+    /* one split (final_out): kernel_attn_merge's arithmetic here, saving its launch */
+    attn_warps_out<HD, ATT_WARPS>(sm, sl, sacc, sinks ? sinks + h : NULL, final_out ? final_out + (long)th * HD : NULL,
+                                  final_out ? NULL : part + ((long)th * splits + split) * (HD + 2));
 }
 
-/* grid T * n_heads; merges the splits (and the sink logit) into out [T, n_heads, hd] */
+/* grid rows * n_heads; merges the splits (and the sink logit) of part [rows * n_heads,
+ * splits, hd + 2] into out [rows, n_heads, hd]. seqs (a batched step's rows): row r
+ * merges only the attn_splits(its key count) splits its blocks wrote. */
 __global__ void kernel_attn_merge(const float *__restrict__ part, int splits, int hd, const float *__restrict__ sinks,
-                                  int n_heads, float *__restrict__ out) {
+                                  int n_heads, const cuk_attn_seq *__restrict__ seqs, float *__restrict__ out) {
     cuk_pdl_start();
     const int th = blockIdx.x;
+    int ns = splits;
+    if (seqs) {
+        const cuk_attn_seq *sq = &seqs[th / n_heads];
+        ns = min(attn_splits(sq->k ? sq->n : 0), splits);
+    }
     const float *p = part + (long)th * splits * (hd + 2);
     float M = sinks ? sinks[th % n_heads] : -INFINITY;
-    for (int s = 0; s < splits; s++) M = fmaxf(M, p[s * (hd + 2) + hd]);
+    for (int s = 0; s < ns; s++) M = fmaxf(M, p[s * (hd + 2) + hd]);
     float L = sinks ? __expf(sinks[th % n_heads] - M) : 0.f;
-    for (int s = 0; s < splits; s++) {
+    for (int s = 0; s < ns; s++) {
         const float ms = p[s * (hd + 2) + hd];
         if (ms != -INFINITY) L += p[s * (hd + 2) + hd + 1] * __expf(ms - M);
     }
     const float inv = L > 0.f ? 1.f / L : 0.f;
     for (int c = threadIdx.x; c < hd; c += blockDim.x) {
         float acc = 0.f;
-        for (int s = 0; s < splits; s++) {
+        for (int s = 0; s < ns; s++) {
             const float ms = p[s * (hd + 2) + hd];
             if (ms != -INFINITY) acc += p[s * (hd + 2) + c] * __expf(ms - M);
         }
         out[(long)th * hd + c] = acc * inv;
     }
+}
+
+extern "C" int cuk_attention_merge(const float *part, int rows, int n_heads, int splits, int hd, const float *sinks,
+                                   const cuk_attn_seq *seqs, float *out, cuk_stream st) {
+    cuk_launch(kernel_attn_merge, rows * n_heads, 128, 0, (cudaStream_t)st, part, splits, hd, sinks, n_heads, seqs, out);
+    return cuk_check("attention merge");
 }
 
 /* ---- prefill: many queries, keys tiled through shared memory ------------------
@@ -288,7 +263,7 @@ static int attn_prefill(const float *q, const int32_t *qpos, int T, const attn_k
 template <typename KT>
 static int attn_split(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev, const attn_params *p,
                       float *out, float *work, cudaStream_t s) {
-    const int splits = n_splits(kv->n);
+    const int splits = attn_splits(kv->n);
     const dim3 grid((unsigned)(T * p->n_heads), (unsigned)splits), block(ATT_WARPS * 32);
 #define ATT(HD)                                                                                                         \
     cuk_launch(kernel_attn_split<HD, KT>, grid, block, 0, s, q, qpos, (const KT *)kv->k, (const KT *)kv->v, kv->pos, kv->n, n_dev, \
@@ -307,8 +282,7 @@ static int attn_split(const float *q, const int32_t *qpos, int T, const attn_kv 
 #undef ATT
     if (cuk_check("attention") != 0) return -1;
     if (splits == 1) return 0;
-    cuk_launch(kernel_attn_merge, T * p->n_heads, 128, 0, s, work, splits, p->head_dim, p->sinks, p->n_heads, out);
-    return cuk_check("attention merge");
+    return cuk_attention_merge(work, T, p->n_heads, splits, p->head_dim, p->sinks, NULL, out, s);
 }
 
 template <typename KT>
@@ -339,8 +313,7 @@ extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const a
         if (r < 0) return -1;
         if (r == 0) {
             if (splits == 1) return 0;
-            cuk_launch(kernel_attn_merge, T * p->n_heads, 128, 0, s, work, splits, p->head_dim, p->sinks, p->n_heads, out);
-            return cuk_check("attention merge");
+            return cuk_attention_merge(work, T, p->n_heads, splits, p->head_dim, p->sinks, NULL, out, st);
         }
     }
     if (T > CUK_MV_MAX_T && !n_dev && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {

@@ -13,33 +13,27 @@
  * share it (GQA), with an online softmax (max, sum, weighted values) per head and
  * warp. Masks are by stored position (causal and sliding window), so a rotating
  * cache's ring order works. One split writes the result (sinks included); several
- * write partials that a second kernel merges, each row over its own split count.
- * Sums run in the same order as attention.cu's split kernel for the same split.
+ * write partials that cuk_attention_merge merges, each row over its own split count.
+ * The split rule and the warps' merge are attention.cu's (attn_merge.cuh), so sums
+ * run in the same order as its split kernel for the same split.
  *
  * The KV element type is a template parameter (kv_elem.cuh: float32 or bf16 rows). */
 #include <climits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kv_elem.cuh"
+#include "backend/cuda/attn_merge.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_kernels.h"
 }
 
 #define AB_WARPS 4
-#define AB_KEYS_PER_SPLIT 256
-#define AB_MAX_SPLITS 64
 
-
-static __host__ __device__ int ab_splits(int n_keys) {
-    int s = (n_keys + AB_KEYS_PER_SPLIT - 1) / AB_KEYS_PER_SPLIT;
-    return s < 1 ? 1 : s > AB_MAX_SPLITS ? AB_MAX_SPLITS : s;
-}
-
-extern "C" int cuk_attention_batch_bucket(int max_keys) { return ab_splits(max_keys) * AB_KEYS_PER_SPLIT; }
+extern "C" int cuk_attention_batch_bucket(int max_keys) { return attn_splits(max_keys) * ATT_KEYS_PER_SPLIT; }
 
 extern "C" size_t cuk_attention_batch_work(int n, int n_heads, int head_dim, int max_keys) {
-    const int s = ab_splits(max_keys);
+    const int s = attn_splits(max_keys);
     return s == 1 ? 0 : (size_t)n * n_heads * s * (head_dim + 2);
 }
 
@@ -58,7 +52,7 @@ __global__ void __launch_bounds__(AB_WARPS * 32)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const cuk_attn_seq sq = seqs[row];
     const int n = sq.k ? sq.n : 0;
-    const int my_splits = min(ab_splits(n), splits);
+    const int my_splits = min(attn_splits(n), splits);
     if (splits > 1 && split >= my_splits) return; /* the merge reads only this row's splits */
     const int32_t qp = qpos[row];
     float qv[GT][PL], acc[GT][PL], m[GT], l[GT];
@@ -112,63 +106,8 @@ __global__ void __launch_bounds__(AB_WARPS * 32)
 #pragma unroll
         for (int i = 0; i < PL; i++) sacc[warp][lane + 32 * i] = acc[t][i];
         __syncthreads();
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < AB_WARPS; w++) M = fmaxf(M, sm[w]);
-        float L = 0.f;
-        for (int w = 0; w < AB_WARPS; w++) L += sm[w] == -INFINITY ? 0.f : sl[w] * __expf(sm[w] - M);
-        if (splits == 1) {
-            float M2 = sinks ? sinks[h] : -INFINITY;
-            M2 = fmaxf(M2, M);
-            float L2 = sinks ? __expf(sinks[h] - M2) : 0.f;
-            if (M != -INFINITY) L2 += L * __expf(M - M2);
-            const float inv = L2 > 0.f ? 1.f / L2 : 0.f;
-            for (int c = threadIdx.x; c < HD; c += blockDim.x) {
-                float s = 0.f;
-#pragma unroll
-                for (int w = 0; w < AB_WARPS; w++) s += sm[w] == -INFINITY ? 0.f : sacc[w][c] * __expf(sm[w] - M);
-                float a = 0.f;
-                if (M != -INFINITY) a += s * __expf(M - M2);
-                out[th * HD + c] = a * inv;
-            }
-        } else {
-            float *o = part + (th * splits + split) * (HD + 2);
-            for (int c = threadIdx.x; c < HD; c += blockDim.x) {
-                float s = 0.f;
-#pragma unroll
-                for (int w = 0; w < AB_WARPS; w++) s += sm[w] == -INFINITY ? 0.f : sacc[w][c] * __expf(sm[w] - M);
-                o[c] = s;
-            }
-            if (threadIdx.x == 0) {
-                o[HD] = M;
-                o[HD + 1] = L;
-            }
-        }
-    }
-}
-
-/* grid n * n_heads: merges each row's own splits (and the sink) into out */
-__global__ void kernel_attn_batch_merge(const float *__restrict__ part, const cuk_attn_seq *__restrict__ seqs, int splits,
-                                        int hd, const float *__restrict__ sinks, int n_heads, float *__restrict__ out) {
-    cuk_pdl_start();
-    const int th = blockIdx.x, row = th / n_heads;
-    const int ns = seqs[row].k ? min(ab_splits(seqs[row].n), splits) : 1;
-    const float *p = part + (long)th * splits * (hd + 2);
-    float M = sinks ? sinks[th % n_heads] : -INFINITY;
-    for (int s = 0; s < ns; s++) M = fmaxf(M, p[s * (hd + 2) + hd]);
-    float L = sinks ? __expf(sinks[th % n_heads] - M) : 0.f;
-    for (int s = 0; s < ns; s++) {
-        const float ms = p[s * (hd + 2) + hd];
-        if (ms != -INFINITY) L += p[s * (hd + 2) + hd + 1] * __expf(ms - M);
-    }
-    const float inv = L > 0.f ? 1.f / L : 0.f;
-    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-        float acc = 0.f;
-        for (int s = 0; s < ns; s++) {
-            const float ms = p[s * (hd + 2) + hd];
-            if (ms != -INFINITY) acc += p[s * (hd + 2) + c] * __expf(ms - M);
-        }
-        out[(long)th * hd + c] = acc * inv;
+        attn_warps_out<HD, AB_WARPS>(sm, sl, sacc, sinks ? sinks + h : NULL, splits == 1 ? out + th * HD : NULL,
+                                     splits == 1 ? NULL : part + (th * splits + split) * (HD + 2));
     }
 }
 
@@ -205,7 +144,7 @@ static int attention_batch(const float *q, const int32_t *qpos, int n, const cuk
     if (n <= 0) return 0;
     if (p->n_kv <= 0 || p->n_heads % p->n_kv != 0)
         return err_set("cuda attention (batch): %d heads over %d KV heads", p->n_heads, p->n_kv);
-    const int G = p->n_heads / p->n_kv, gt = group_tile(G, p->head_dim), splits = ab_splits(max_keys);
+    const int G = p->n_heads / p->n_kv, gt = group_tile(G, p->head_dim), splits = attn_splits(max_keys);
     if (splits > 1 && !work) return err_set("cuda attention (batch): no work space for %d splits", splits);
     const dim3 grid((unsigned)(n * p->n_kv * (G / gt)), (unsigned)splits);
     float *part = splits > 1 ? work : NULL;
@@ -223,9 +162,7 @@ static int attention_batch(const float *q, const int32_t *qpos, int n, const cuk
     }
     if (rc != 0 || cuk_check("attention (batch)") != 0) return -1;
     if (splits == 1) return 0;
-    cuk_launch(kernel_attn_batch_merge, n * p->n_heads, 128, 0, s, (const float *)part, seqs, splits, p->head_dim,
-               p->sinks, p->n_heads, out);
-    return cuk_check("attention (batch) merge");
+    return cuk_attention_merge(part, n, p->n_heads, splits, p->head_dim, p->sinks, seqs, out, s);
 }
 
 extern "C" int cuk_attention_batch(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int max_keys,

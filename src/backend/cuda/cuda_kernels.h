@@ -96,6 +96,12 @@ typedef struct {
  * cuk_attention_batch_work(...) floats. */
 int cuk_attention_batch(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int max_keys,
                         const attn_params *p, int dtype, float *out, float *work, cuk_stream s);
+/* The split kernels' partials part [rows * n_heads, splits, hd + 2] (acc, max, sum)
+ * merged, the sink logits (sinks [n_heads] or NULL) added, into out [rows, n_heads, hd].
+ * seqs NULL: every row has splits partials; else row r has as many as its own key
+ * count seqs[r].n makes (a padding row, k == NULL: one). */
+int cuk_attention_merge(const float *part, int rows, int n_heads, int splits, int hd, const float *sinks,
+                        const cuk_attn_seq *seqs, float *out, cuk_stream s);
 size_t cuk_attention_batch_work(int n, int n_heads, int head_dim, int max_keys);
 int cuk_attention_batch_bucket(int max_keys);
 /* One row of a batched KV write: the slot's key and value rows and position entry
