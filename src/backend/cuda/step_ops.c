@@ -575,13 +575,33 @@ int cuda_step_upload(backend *b, void *dst, const void *host, size_t n) {
     return 1;
 }
 
+/* The kernel's parameters for one row's sampling parameters (penalties are the host's). */
+static cuk_sample_params kernel_params(const sample_params *p) {
+    cuk_sample_params d;
+    memset(&d, 0, sizeof d);
+    d.temperature = p->temperature;
+    d.top_k = p->top_k;
+    d.top_p = p->top_p;
+    d.min_p = p->min_p;
+    return d;
+}
+
+/* Waits for slot's sampled tokens; a failure of the stream is reported here, once. */
+static int sampled_wait(cuda_backend *c, int slot) {
+    cuda_wait_begin(c);
+    if (!c->failed) cuda_ok(c, cudaEventSynchronize(c->sample_done[slot]), "sample");
+    cuda_wait_end(c);
+    if (c->failed) {
+        c->failed = 0;
+        return err_set("%s", c->why);
+    }
+    return 0;
+}
+
 int cuda_sample(backend *b, const float *logits, int V, const sample_params *p, double u, int32_t *tok, int slot) {
     cuda_backend *c = cu(b);
     step_op e = op_new(SOP_sample);
-    e.u.smp.p.temperature = p->temperature;
-    e.u.smp.p.top_k = p->top_k;
-    e.u.smp.p.top_p = p->top_p;
-    e.u.smp.p.min_p = p->min_p;
+    e.u.smp.p = kernel_params(p);
     if (slot < 0 || slot >= SAMPLE_SLOTS || !c->sampled || !cuk_sample_supported(&e.u.smp.p)) return -1;
     e.u.smp.logits = logits;
     e.u.smp.V = V;
@@ -594,13 +614,7 @@ int cuda_sample(backend *b, const float *logits, int V, const sample_params *p, 
 
 int32_t cuda_sampled(backend *b, int slot) {
     cuda_backend *c = cu(b);
-    cuda_wait_begin(c);
-    if (!c->failed) cuda_ok(c, cudaEventSynchronize(c->sample_done[slot]), "sample");
-    cuda_wait_end(c);
-    if (c->failed) {
-        c->failed = 0; /* reported here, once */
-        return err_set("%s", c->why);
-    }
+    if (sampled_wait(c, slot) != 0) return -1;
     return ((volatile int32_t *)c->sampled)[(long)slot * SAMPLE_MAX_ROWS];
 }
 
@@ -616,11 +630,7 @@ int cuda_sample_rows(backend *b, const float *logits, int V, int n, const sample
     cuk_sample_params *dp = (cuk_sample_params *)(du + n);
     int sampling = 0;
     for (int i = 0; i < n; i++) {
-        memset(&dp[i], 0, sizeof dp[i]);
-        dp[i].temperature = p[i].temperature;
-        dp[i].top_k = p[i].top_k;
-        dp[i].top_p = p[i].top_p;
-        dp[i].min_p = p[i].min_p;
+        dp[i] = kernel_params(&p[i]);
         du[i] = u[i];
         if (!cuk_sample_supported(&dp[i])) {
             free(vals);
@@ -643,13 +653,7 @@ int cuda_sample_rows(backend *b, const float *logits, int V, int n, const sample
 
 int cuda_sampled_rows(backend *b, int slot, int32_t *out, int n) {
     cuda_backend *c = cu(b);
-    cuda_wait_begin(c);
-    if (!c->failed) cuda_ok(c, cudaEventSynchronize(c->sample_done[slot]), "sample");
-    cuda_wait_end(c);
-    if (c->failed) {
-        c->failed = 0; /* reported here, once */
-        return err_set("%s", c->why);
-    }
+    if (sampled_wait(c, slot) != 0) return -1;
     const volatile int32_t *h = (const volatile int32_t *)c->sampled + (long)slot * SAMPLE_MAX_ROWS;
     for (int i = 0; i < n; i++) out[i] = h[i];
     return 0;
