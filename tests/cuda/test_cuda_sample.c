@@ -6,12 +6,16 @@
  * pick with the same u (sample_candidates, then the same cumulative walk). Also the
  * mapped host copy of the token, cuk_sample_supported, the launcher's refusals and
  * timing at V = 128,256. Runs on the GPU machine: `make test-cuda`; `--quick` runs a
- * small subset (for compute-sanitizer), `--bench-only` the timing alone. */
+ * small subset (for compute-sanitizer), `--bench-only` the timing alone. Every wait
+ * for the device is bounded (dev_wait): a broken kernel that never finishes fails the
+ * case that launched it instead of hanging the suite. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "base/err.h"
@@ -23,6 +27,31 @@
         cudaError_t e_ = (x);                                                                   \
         if (e_ != cudaSuccess) { printf("CUDA %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
     } while (0)
+
+/* How long one wait for the device may take: the slowest case (V 262,144 under
+ * compute-sanitizer) finishes in seconds; a kernel that spins never does. */
+#define WAIT_LIMIT_S 120
+
+/* Waits for ev (NULL: all the work on the default stream). A device error exits as CK
+ * does; a wait past WAIT_LIMIT_S fails the running case and ends the run at once, with
+ * the counts tests/run.sh reads: the hung kernel cannot be stopped, only left. */
+static void dev_wait(cudaEvent_t ev, const char *what) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        const cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(NULL);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) { printf("CUDA %s: %s\n", what, cudaGetErrorString(e)); exit(1); }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > WAIT_LIMIT_S) {
+            printf("  %s: %s: the device has not finished after %d s (a kernel hangs)\nFAIL %s\n@@ %d passed %d failed\n",
+                   h_case ? h_case : "main", what, WAIT_LIMIT_S, h_case ? h_case : "main", h_passed, h_failed + 1);
+            fflush(stdout);
+            _exit(1);
+        }
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+}
 
 static uint64_t rng = 0x2545F4914F6CDD1DULL;
 static uint64_t next64(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
@@ -115,7 +144,7 @@ static void compare(const float *x, int V, const cuk_sample_params *cp, int nu, 
         CHECK(cuk_sample(db.dx, V, cp, db.du + j, db.dout + j, db.hout_dev + j, db.work, NULL) == 0, "cuk_sample: %s",
               err_msg());
     }
-    CK(cudaDeviceSynchronize());
+    dev_wait(NULL, "cuk_sample");
     int32_t got[NU];
     CK(cudaMemcpy(got, db.dout, sizeof(int32_t) * (size_t)nu, cudaMemcpyDeviceToHost));
     for (int j = 0; j < nu; j++) {
@@ -244,7 +273,7 @@ static void rows_against_cpu(void) {
         CK(cudaMemcpy(du, u, sizeof u, cudaMemcpyHostToDevice));
         CHECK(cuk_sample_rows(dx, V, R, sampling, dp, du, dout, hout_dev, work, NULL) == 0, "cuk_sample_rows: %s",
               err_msg());
-        CK(cudaDeviceSynchronize());
+        dev_wait(NULL, "cuk_sample_rows");
         CK(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
         for (int r = 0; r < R; r++) {
             celer_sampler_params sp;
@@ -339,7 +368,7 @@ static void supported(void) {
     p.temperature = 0.0f;
     CHECK(cuk_sample(dx, 2000, &p, du, dout, NULL, NULL, NULL) == 0, "greedy over 2000 needs no work buffer");
     CHECK(cuk_sample(dx, 20000, &p, du, dout, NULL, NULL, NULL) == -1, "greedy over 20000 needs the work buffer");
-    CK(cudaDeviceSynchronize());
+    dev_wait(NULL, "cuk_sample (greedy, V 2000)");
     CHECK(cuk_sample_work(128256) >= 16 * (size_t)128256, "work size");
     CK(cudaFree(dx));
     CK(cudaFree(dout));
@@ -378,7 +407,7 @@ static void bench_v(int V, int nconf) {
             CK(cudaEventRecord(e0, NULL));
             cuk_sample(dx, V, &ps[c], du, dout, NULL, work, NULL);
             CK(cudaEventRecord(e1, NULL));
-            CK(cudaEventSynchronize(e1));
+            dev_wait(e1, "cuk_sample (bench)");
             CK(cudaEventElapsedTime(&t[r], e0, e1));
         }
         qsort(t, 100, sizeof *t, cmp_f);
