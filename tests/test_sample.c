@@ -2,6 +2,7 @@
  * exact surviving sets and renormalized probabilities for top-k, top-p, min-p and
  * temperature, penalties on hand-made logits, greedy == argmax, seeded
  * reproducibility, and sampled generation on the default model. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "celer.h"
@@ -92,6 +93,49 @@ static void greedy_is_argmax(void) {
     CHECK(celer_sampler_sample(s, l) == 17, "tie: want the lowest id (17)");
     free(l);
     celer_sampler_free(s);
+}
+
+/* The host argmax (sample_argmax: celer_session_argmax, the generator's greedy path,
+ * the sampler at temperature 0) on ties: the lowest index wins, as torch.argmax, whose
+ * picks the greedy references in tests/fixtures were recorded with. */
+static void argmax_ties(void) {
+    enum { N = 4096 };
+    float *l = malloc(N * sizeof *l);
+    if (!l) return;
+    celer_sampler *s = make(0.0f, 40, 0.95f, 0.05f, N);
+    for (int i = 0; i < N; i++) l[i] = 0.0f;
+    CHECK(sample_argmax(l, N) == 0, "all equal: %d, want 0", sample_argmax(l, N));
+    for (int i = 0; i < N; i++) l[i] = -INFINITY;
+    CHECK(sample_argmax(l, N) == 0, "all -inf: %d, want 0", sample_argmax(l, N));
+    l[N - 2] = l[N - 1] = 1.0f;
+    CHECK(sample_argmax(l, N) == N - 2, "the last two tie: %d, want %d", sample_argmax(l, N), N - 2);
+    l[5] = 0.0f;
+    l[3] = -0.0f; /* equal to +0.0 */
+    l[N - 2] = l[N - 1] = -1.0f;
+    CHECK(sample_argmax(l, N) == 3, "-0.0 before +0.0: %d, want 3", sample_argmax(l, N));
+    /* random logits on a coarse grid (many ties), the maximum placed again further on */
+    sample_rng r;
+    sample_rng_seed(&r, 3);
+    for (int trial = 0; trial < 200; trial++) {
+        const int n = 2 + (int)(sample_rng_next(&r) % (N - 1)); /* 2 to N */
+        float top = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            l[i] = (float)(int)(sample_rng_uniform(&r) * 8) * 0.5f;
+            top = l[i] > top ? l[i] : top;
+        }
+        l[n - 1 - (int)(sample_rng_next(&r) % (n / 2 + 1))] = top;
+        for (int i = n; i < N; i++) l[i] = -INFINITY; /* for the sampler, over all N */
+        int want = 0;
+        while (l[want] != top) want++; /* the first index holding the maximum */
+        CHECK(sample_argmax(l, n) == want, "trial %d (n %d): %d, want %d", trial, n, sample_argmax(l, n), want);
+        if (s) CHECK(celer_sampler_sample(s, l) == want, "trial %d: the sampler's greedy pick differs", trial);
+    }
+    if (s) {
+        for (int i = 0; i < N; i++) l[i] = (float)(i % 7);
+        CHECK(celer_sampler_sample(s, l) == 6, "the sampler at temperature 0: %d, want 6", celer_sampler_sample(s, l));
+    }
+    celer_sampler_free(s);
+    free(l);
 }
 
 static void top_k_filter(void) {
@@ -357,6 +401,7 @@ static void generate_on_default_model(void) {
 int main(void) {
     RUN(rng_reproducible);
     RUN(greedy_is_argmax);
+    RUN(argmax_ties);
     RUN(top_k_filter);
     RUN(top_p_filter);
     RUN(top_p_large_vocab);

@@ -395,14 +395,6 @@ static void land(celer_gen *g, gseq *q, celer_gen_event *e) {
 
 /* ---------------------------------------------------------------- the host path */
 
-/* The argmax of logits [n], lowest id on ties: the sampler's greedy pick. */
-static int32_t argmax(const float *l, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (l[i] > l[best]) best = i;
-    return best;
-}
-
 /* A grammar's pick: the logits masked (disallowed tokens at -inf; the stop tokens
  * allowed exactly when the grammar accepts), sampled, and the grammar advanced.
  * 1 when the text is complete and the grammar allows nothing after it (no stop
@@ -467,7 +459,7 @@ static void host_sample(celer_gen *g, gseq *q, celer_gen_event *e) {
          * the sampler draws nothing at temperature 0 */
         sample_params sp;
         const int greedy = sample_device_params(q->smp, &sp) && sp.temperature <= 0.0f;
-        t = greedy ? argmax(logits, s->cm->m->cfg.vocab) : celer_sampler_sample(q->smp, logits);
+        t = greedy ? sample_argmax(logits, s->cm->m->cfg.vocab) : celer_sampler_sample(q->smp, logits);
     }
     if (q->p.want_logits) e->logits = logits;
     if (!finish_token(q, t, s->pos, e)) {

@@ -206,6 +206,13 @@ static void select_top_k(cand *c, int n, int k) {
         }
 }
 
+int32_t sample_argmax(const float *l, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[best]) best = i; /* strictly greater: the first of equals stays */
+    return best;
+}
+
 int sample_candidates(celer_sampler *s, const float *logits, const int32_t **ids, const float **probs) {
     const celer_sampler_params *p = &s->p;
     const int V = s->n_vocab;
@@ -217,9 +224,7 @@ int sample_candidates(celer_sampler *s, const float *logits, const int32_t **ids
     for (int i = 0; i < V; i++) s->c[i] = (cand){s->work[i], i};
     /* greedy: the argmax alone */
     cand *c = s->c;
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (better(&c[i], &c[best])) best = i;
+    const int best = sample_argmax(s->work, V);
     const float m = c[best].l;
     if (p->temperature <= 0.0f || !isfinite(m)) {
         s->ids[0] = c[best].id;

@@ -23,6 +23,11 @@ uint64_t sample_rng_next(sample_rng *r);
 /* Uniform in [0, 1) with 53 random bits. */
 double sample_rng_uniform(sample_rng *r);
 
+/* The argmax of logits [n], the lowest id on ties (as torch.argmax, which greedy
+ * references are recorded with): every host greedy pick (celer_session_argmax, the
+ * generator's greedy path, the sampler at temperature <= 0). */
+int32_t sample_argmax(const float *logits, int n);
+
 /* Applies the penalties of smp's history to logits [n_vocab] in place. */
 void sample_apply_penalties(celer_sampler *smp, float *logits);
 

@@ -15,6 +15,7 @@
 #include "base/mem.h"
 #include "celer.h"
 #include "engine/engine.h"
+#include "engine/sample.h"
 #include "model/registry.h"
 
 const char *celer_last_error(void) { return err_msg(); }
@@ -187,13 +188,7 @@ int engine_step_device_token(celer_session *s) {
 
 const float *celer_session_logits(const celer_session *s) { return s->has_logits ? s->last : NULL; }
 
-int32_t celer_session_argmax(const celer_session *s) {
-    const float *l = s->last;
-    int V = s->cm->m->cfg.vocab, best = 0;
-    for (int i = 1; i < V; i++)
-        if (l[i] > l[best]) best = i;
-    return best;
-}
+int32_t celer_session_argmax(const celer_session *s) { return sample_argmax(s->last, s->cm->m->cfg.vocab); }
 
 int celer_session_pos(const celer_session *s) { return s->pos; }
 
