@@ -37,6 +37,21 @@ char *mem_strdup(const char *s) {
     return p;
 }
 
+int mem_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n, const char *what) {
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 64;
+        while (c < *len + n + 1) c *= 2;
+        char *p = realloc(*buf, c);
+        if (!p) return err_set("out of memory growing %s to %zu bytes", what, c);
+        *buf = p;
+        *cap = c;
+    }
+    if (n) memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return 0;
+}
+
 char *mem_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {

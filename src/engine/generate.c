@@ -246,18 +246,7 @@ int celer_gen_add(celer_gen *g, const celer_gen_seq *p) {
 /* ---------------------------------------------------------------- one token */
 
 static int text_add(gseq *q, const char *t, size_t n) {
-    if (q->text_len + n + 1 > q->text_cap) {
-        size_t cap = q->text_cap ? q->text_cap : 64;
-        while (cap < q->text_len + n + 1) cap *= 2;
-        char *p = realloc(q->text, cap);
-        if (!p) return err_set("generate: out of memory");
-        q->text = p;
-        q->text_cap = cap;
-    }
-    if (n) memcpy(q->text + q->text_len, t, n);
-    q->text_len += n;
-    q->text[q->text_len] = 0;
-    return 0;
+    return mem_append(&q->text, &q->text_len, &q->text_cap, t, n, "a generated text");
 }
 
 static void event_init(gseq *q, int id, celer_gen_event *e) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/mem.h"
 #include "grammar/grammar.h"
 
 #define MASK_SLOTS 32 /* masks cached per sequence (nwords x 4 bytes each) */
@@ -139,16 +140,7 @@ static uint32_t run(celer_grammar_state *st, uint32_t from, const char *s, size_
 
 /* Inactive: adds text, looks for the earliest trigger, and runs the grammar from it. */
 static int lazy_add(celer_grammar_state *st, const char *s, size_t n) {
-    if (st->n_text + n + 1 > st->cap_text) {
-        size_t cap = st->cap_text ? st->cap_text : 64;
-        while (cap < st->n_text + n + 1) cap *= 2;
-        char *p = realloc(st->text, cap);
-        if (!p) return err_set("grammar state: out of memory");
-        st->text = p;
-        st->cap_text = cap;
-    }
-    memcpy(st->text + st->n_text, s, n);
-    st->n_text += n;
+    if (mem_append(&st->text, &st->n_text, &st->cap_text, s, n, "a grammar's trigger text") != 0) return -1;
     size_t best = SIZE_MAX;
     for (int i = 0; i < st->n_trig; i++) {
         const char *hit = memmem(st->text, st->n_text, st->trig[i], st->trig_len[i]);
