@@ -1069,6 +1069,18 @@ static jnode *parse_statement(jctx *c, jtok *begin) {
     return n;
 }
 
+/* After "{% else %}" of an if or for: the else body into n->orelse, up to and through
+ * "{% end %}" (endif, endfor). */
+static void parse_orelse(jctx *c, jnode *n, const char *end, jtok *begin, const char *opener) {
+    const char *const ends[] = {end, NULL};
+    svec els = {0};
+    parse_body(c, &els, ends, begin, opener);
+    n->orelse = els.v;
+    n->norelse = els.n;
+    next_tok(c);
+    expect_block_end(c);
+}
+
 static jnode *parse_statement_inner(jctx *c, jtok *begin) {
     jtok *t = next_tok(c);
     if (t->k != T_NAME) unexpected(c, t, "a statement name");
@@ -1084,9 +1096,7 @@ static jnode *parse_statement_inner(jctx *c, jtok *begin) {
         n->nbody = body.n;
         if (which == 0) {
             /* elif: parse as a nested if that consumes the endif */
-            jtok *el = peek(c);
             jnode *sub = parse_statement(c, begin);
-            (void)el;
             n->orelse = jalloc(c, sizeof(jnode *));
             n->orelse[0] = sub;
             n->norelse = 1;
@@ -1094,15 +1104,7 @@ static jnode *parse_statement_inner(jctx *c, jtok *begin) {
         }
         next_tok(c);
         expect_block_end(c);
-        if (which == 1) {
-            static const char *const ends2[] = {"endif", NULL};
-            svec els = {0};
-            parse_body(c, &els, ends2, begin, "if");
-            n->orelse = els.v;
-            n->norelse = els.n;
-            next_tok(c);
-            expect_block_end(c);
-        }
+        if (which == 1) parse_orelse(c, n, "endif", begin, "if");
         return n;
     }
     if (is_name(t, "for")) {
@@ -1137,15 +1139,7 @@ static jnode *parse_statement_inner(jctx *c, jtok *begin) {
         n->nbody = body.n;
         next_tok(c);
         expect_block_end(c);
-        if (which == 0) {
-            static const char *const ends2[] = {"endfor", NULL};
-            svec els = {0};
-            parse_body(c, &els, ends2, begin, "for");
-            n->orelse = els.v;
-            n->norelse = els.n;
-            next_tok(c);
-            expect_block_end(c);
-        }
+        if (which == 0) parse_orelse(c, n, "endfor", begin, "for");
         return n;
     }
     if (is_name(t, "set")) {
