@@ -3,21 +3,14 @@
  * tests/fixtures/tokenizers): the reference takes each token's bytes
  * (celer_tokenizer_token_bytes) and runs them on a separate automaton from the
  * state the text so far leaves; the mask must allow exactly the tokens that
- * survive. Also: special tokens only through literals, lazy triggers, and the mask
- * cost per vocabulary (printed; docs/benchmarks/grammar.md). */
+ * survive. Also: special tokens only through literals and lazy triggers. What a mask
+ * costs is bench/bench_grammar.c's (docs/benchmarks/grammar.md). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "celer.h"
 #include "grammar/grammar.h"
 #include "harness.h"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static const char *json_gbnf =
     "root   ::= object\n"
@@ -114,9 +107,7 @@ static void one_tokenizer(const char *name) {
     vocab_ref r;
     CHECK(ref_open(&r, name) == 0, "%s: %s", name, celer_last_error());
     if (!r.t) return;
-    double t0 = now_ms();
     celer_grammar_vocab *v = celer_grammar_vocab_new(r.t);
-    double t_index = now_ms() - t0;
     CHECK(v && celer_grammar_vocab_size(v) == r.V, "%s: vocab index", name);
     if (!v) {
         ref_close(&r);
@@ -133,25 +124,6 @@ static void one_tokenizer(const char *name) {
     if (sg) check_text(&r, v, sg, "{\"id\": \"0f8fad5b-d9cb-469f-a165-70867728950e\", \"kind\": \"book\", \"verses\": [3, 16]}", name);
     free(sg);
 
-    /* cost: a cold mask (nothing cached) at the start of an object and inside a string */
-    celer_grammar *g = celer_grammar_compile(json_gbnf, (size_t)-1);
-    double best_start = 1e9, best_string = 1e9;
-    for (int rep = 0; rep < 3; rep++) {
-        celer_grammar_state *st = celer_grammar_state_new(g, v, NULL, 0);
-        double a = now_ms();
-        celer_grammar_state_mask(st);
-        double b = now_ms();
-        celer_grammar_state_accept_bytes(st, "{\"", 2);
-        double c = now_ms();
-        celer_grammar_state_mask(st);
-        double d = now_ms();
-        if (b - a < best_start) best_start = b - a;
-        if (d - c < best_string) best_string = d - c;
-        celer_grammar_state_free(st);
-    }
-    celer_grammar_free(g);
-    printf("  %s: vocab %d: index %.1f ms; cold mask at '{' %.3f ms, inside a string %.3f ms\n", name, r.V, t_index,
-           best_start, best_string);
     celer_grammar_vocab_free(v);
     ref_close(&r);
 }
