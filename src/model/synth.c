@@ -24,33 +24,37 @@ typedef struct {
      * layer's cache (no k/v projections); per-layer input width (Gemma 4); post-norm
      * layers without an input norm (EXAONE 4) */
     int pattern, global_hd, kv_shared, ple, post_norm;
+    /* Gemma 4's attention_k_eq_v: full layers have global_kv KV heads whose values are
+     * their keys (no v_proj); written as attention_k_eq_v and num_global_key_value_heads */
+    int k_eq_v, global_kv;
 } synth_shape;
 
 static const synth_shape shapes[] = {
     {"tiny", "llama", "LlamaForCausalLM", 64, 2, 4, 2, 16, 128, 256, 1, 0, 0,
-     "{\"rope_theta\": 10000.0, \"rms_norm_eps\": 1e-5, \"max_position_embeddings\": 2048, \"bos_token_id\": 1, \"eos_token_id\": 2}", 0, 0, 0, 0, 0},
+     "{\"rope_theta\": 10000.0, \"rms_norm_eps\": 1e-5, \"max_position_embeddings\": 2048, \"bos_token_id\": 1, \"eos_token_id\": 2}", 0, 0, 0, 0, 0, 0, 0},
     {"qwen3-0.6b", "qwen3", "Qwen3ForCausalLM", 1024, 28, 16, 8, 128, 3072, 151936, 1, 0, 0,
      "{\"rope_theta\": 1000000.0, \"rms_norm_eps\": 1e-6, \"max_position_embeddings\": 40960, \"bos_token_id\": 151643,"
-     " \"eos_token_id\": 151645, \"use_sliding_window\": false, \"sliding_window\": null, \"max_window_layers\": 28}", 0, 0, 0, 0, 0},
+     " \"eos_token_id\": 151645, \"use_sliding_window\": false, \"sliding_window\": null, \"max_window_layers\": 28}", 0, 0, 0, 0, 0, 0, 0},
     {"llama3.2-1b", "llama", "LlamaForCausalLM", 2048, 16, 32, 8, 64, 8192, 128256, 1, 0, 0,
      "{\"rope_theta\": 500000.0, \"rms_norm_eps\": 1e-5, \"max_position_embeddings\": 131072, \"bos_token_id\": 128000,"
      " \"eos_token_id\": [128001, 128008, 128009], \"rope_scaling\": {\"factor\": 32.0, \"high_freq_factor\": 4.0,"
-     " \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}}", 0, 0, 0, 0, 0},
+     " \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}}", 0, 0, 0, 0, 0, 0, 0},
     {"llama3-8b", "llama", "LlamaForCausalLM", 4096, 32, 32, 8, 128, 14336, 128256, 0, 0, 0,
      "{\"rope_theta\": 500000.0, \"rms_norm_eps\": 1e-5, \"max_position_embeddings\": 8192, \"bos_token_id\": 128000,"
-     " \"eos_token_id\": 128001}", 0, 0, 0, 0, 0},
+     " \"eos_token_id\": 128001}", 0, 0, 0, 0, 0, 0, 0},
     {"gemma3-4b", "gemma3_text", "Gemma3ForCausalLM", 2560, 34, 8, 4, 256, 10240, 262208, 1, 0, 0,
      "{\"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0, \"rope_scaling\": {\"factor\": 8.0, \"rope_type\": \"linear\"},"
      " \"rms_norm_eps\": 1e-6, \"max_position_embeddings\": 131072, \"query_pre_attn_scalar\": 256, \"sliding_window\": 1024,"
      " \"sliding_window_pattern\": 6, \"hidden_activation\": \"gelu_pytorch_tanh\", \"final_logit_softcapping\": null,"
-     " \"attn_logit_softcapping\": null, \"bos_token_id\": 2, \"eos_token_id\": 1}", 0, 0, 0, 0, 0},
+     " \"attn_logit_softcapping\": null, \"bos_token_id\": 2, \"eos_token_id\": 1}", 0, 0, 0, 0, 0, 0, 0},
     {"gpt-oss-20b", "gpt_oss", "GptOssForCausalLM", 2880, 24, 64, 8, 64, 2880, 201088, 0, 32, 4,
      "{\"rope_theta\": 150000.0, \"rope_scaling\": {\"beta_fast\": 32.0, \"beta_slow\": 1.0, \"factor\": 32.0,"
      " \"original_max_position_embeddings\": 4096, \"rope_type\": \"yarn\", \"truncate\": false}, \"rms_norm_eps\": 1e-5,"
      " \"max_position_embeddings\": 131072, \"sliding_window\": 128, \"attention_bias\": true, \"swiglu_limit\": 7.0,"
      " \"experts_per_token\": 4, \"num_local_experts\": 32, \"num_experts_per_tok\": 4, \"router_aux_loss_coef\": 0.9,"
-     " \"eos_token_id\": 200002, \"pad_token_id\": 199999}", 0, 0, 0, 0, 0},
-    /* google/gemma-4-E4B text model (docs/benchmarks/cpu-batched.md cites the sources) */
+     " \"eos_token_id\": 200002, \"pad_token_id\": 199999}", 0, 0, 0, 0, 0, 0, 0},
+    /* google/gemma-4-E4B(-it) config.json text_config (docs/benchmarks/cpu-batched.md
+     * cites the copies it was checked against) */
     {"gemma4-e4b", "gemma4_text", "Gemma4ForCausalLM", 2560, 42, 8, 2, 256, 10240, 262144, 1, 0, 0,
      "{\"rms_norm_eps\": 1e-6, \"max_position_embeddings\": 131072, \"sliding_window\": 512,"
      " \"global_head_dim\": 512, \"num_kv_shared_layers\": 18, \"hidden_size_per_layer_input\": 256,"
@@ -59,14 +63,28 @@ static const synth_shape shapes[] = {
      " \"rope_parameters\": {\"full_attention\": {\"partial_rotary_factor\": 0.25, \"rope_theta\": 1000000.0,"
      " \"rope_type\": \"proportional\"}, \"sliding_attention\": {\"rope_theta\": 10000.0, \"rope_type\": \"default\"}},"
      " \"bos_token_id\": 2, \"eos_token_id\": 1, \"pad_token_id\": 0}",
-     6, 512, 18, 256, 0},
-    /* LGAI-EXAONE/EXAONE-4.0-1.2B: global attention with RoPE in every layer (no sliding window) */
+     6, 512, 18, 256, 0, 0, 0},
+    /* google/gemma-4-12B(-it) config.json text_config: the decoder of the encoder-free
+     * "unified" 12B (model_type gemma4_unified; its text_config is gemma4_text's schema),
+     * dense, no per-layer inputs or shared KV; full layers are MQA with keys as values
+     * (docs/benchmarks/cpu-batched.md cites the copies) */
+    {"gemma4-12b", "gemma4_text", "Gemma4ForCausalLM", 3840, 48, 16, 8, 256, 15360, 262144, 1, 0, 0,
+     "{\"rms_norm_eps\": 1e-6, \"max_position_embeddings\": 131072, \"sliding_window\": 1024,"
+     " \"global_head_dim\": 512, \"num_kv_shared_layers\": 0, \"hidden_size_per_layer_input\": 0,"
+     " \"vocab_size_per_layer_input\": 262144, \"use_double_wide_mlp\": false, \"enable_moe_block\": false,"
+     " \"final_logit_softcapping\": 30.0, \"hidden_activation\": \"gelu_pytorch_tanh\","
+     " \"rope_parameters\": {\"full_attention\": {\"partial_rotary_factor\": 0.25, \"rope_theta\": 1000000.0,"
+     " \"rope_type\": \"proportional\"}, \"sliding_attention\": {\"rope_theta\": 10000.0, \"rope_type\": \"default\"}},"
+     " \"bos_token_id\": 2, \"eos_token_id\": 1, \"pad_token_id\": 0}",
+     6, 512, 0, 0, 0, 1, 1},
+    /* LGAI-EXAONE/EXAONE-4.0-1.2B config.json (docs/benchmarks/cpu-batched.md cites the
+     * copy): global attention with RoPE in every layer (no sliding window) */
     {"exaone4-1.2b", "exaone4", "Exaone4ForCausalLM", 2048, 30, 32, 8, 64, 4096, 102400, 1, 0, 0,
      "{\"rms_norm_eps\": 1e-5, \"max_position_embeddings\": 65536, \"sliding_window\": null,"
      " \"sliding_window_pattern\": null, \"rope_theta\": 1000000.0, \"rope_scaling\": {\"factor\": 16.0,"
      " \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192,"
      " \"rope_type\": \"llama3\"}, \"bos_token_id\": 1, \"eos_token_id\": 361, \"pad_token_id\": 0}",
-     0, 0, 0, 0, 1},
+     0, 0, 0, 0, 1, 0, 0},
 };
 
 const char *const *celer_synth_shapes(void) {
@@ -129,7 +147,7 @@ static int full_layer(const synth_shape *s, int l) { return s->pattern && ((l + 
 
 static int build_list(const synth_shape *s, int q4, tlist *l) {
     char n[256], p[200];
-    int gemma = strncmp(s->model_type, "gemma", 5) == 0, oss = s->experts > 0;
+    int gemma = strncmp(s->model_type, "gemma", 5) == 0, gemma4 = strcmp(s->model_type, "gemma4_text") == 0, oss = s->experts > 0;
     int qk_norm = gemma || strcmp(s->model_type, "qwen3") == 0 || strcmp(s->model_type, "exaone4") == 0;
     if (add_linear(l, "model.embed_tokens", s->V, s->H, q4)) return -1;
     if (s->ple) { /* Gemma 4's per-layer inputs: a table [V, L x P] and the projection from the embedding */
@@ -141,15 +159,15 @@ static int build_list(const synth_shape *s, int q4, tlist *l) {
     }
     for (int i = 0; i < s->L; i++) {
         snprintf(p, sizeof p, "model.layers.%d", i);
-        const int hd = full_layer(s, i) && s->global_hd ? s->global_hd : s->hd;
-        const int own_kv = i < s->L - s->kv_shared;
-        int64_t qd = (int64_t)s->heads * hd, kd = (int64_t)s->kv * hd;
+        const int full = full_layer(s, i), hd = full && s->global_hd ? s->global_hd : s->hd;
+        const int own_kv = i < s->L - s->kv_shared, k_eq_v = full && s->k_eq_v;
+        int64_t qd = (int64_t)s->heads * hd, kd = (int64_t)(k_eq_v ? s->global_kv : s->kv) * hd;
 #define N(fmt) (snprintf(n, sizeof n, "%s." fmt, p), n)
         if ((!s->post_norm && add(l, G_NORM, ST_BF16, N("input_layernorm.weight"), 1, s->H, 0, 0, 0)) ||
             add(l, G_NORM, ST_BF16, N("post_attention_layernorm.weight"), 1, s->H, 0, 0, 0) ||
             add_linear(l, N("self_attn.q_proj"), qd, s->H, q4) ||
             (own_kv && add_linear(l, N("self_attn.k_proj"), kd, s->H, q4)) ||
-            (own_kv && add_linear(l, N("self_attn.v_proj"), kd, s->H, q4)) || add_linear(l, N("self_attn.o_proj"), s->H, qd, q4))
+            (own_kv && !k_eq_v && add_linear(l, N("self_attn.v_proj"), kd, s->H, q4)) || add_linear(l, N("self_attn.o_proj"), s->H, qd, q4))
             return -1;
         if (qk_norm)
             if (add(l, G_NORM, ST_BF16, N("self_attn.q_norm.weight"), 1, hd, 0, 0, 0) ||
@@ -161,9 +179,9 @@ static int build_list(const synth_shape *s, int q4, tlist *l) {
         if (s->ple)
             if (add_linear(l, N("per_layer_input_gate"), s->ple, s->H, q4) ||
                 add_linear(l, N("per_layer_projection"), s->H, s->ple, q4) ||
-                add(l, G_NORM, ST_BF16, N("post_per_layer_input_norm.weight"), 1, s->H, 0, 0, 0) ||
-                add(l, G_NORM, ST_BF16, N("layer_scalar"), 1, 1, 0, 0, 0))
+                add(l, G_NORM, ST_BF16, N("post_per_layer_input_norm.weight"), 1, s->H, 0, 0, 0))
                 return -1;
+        if (gemma4 && add(l, G_NORM, ST_BF16, N("layer_scalar"), 1, 1, 0, 0, 0)) return -1; /* every Gemma 4 layer's */
         if (oss) {
             int64_t E = s->experts, I = s->I, H = s->H;
             if (add(l, G_BIAS, ST_BF16, N("self_attn.q_proj.bias"), 1, qd, 0, 0, 0) ||
@@ -251,6 +269,10 @@ static int write_config(const synth_shape *s, const char *path, int q4) {
     json_object_set_new(c, "tie_word_embeddings", json_boolean(s->tie));
     json_object_set_new(c, "torch_dtype", json_string("bfloat16"));
     json_object_set_new(c, "hidden_act", json_string("silu"));
+    if (s->k_eq_v) {
+        json_object_set_new(c, "attention_k_eq_v", json_true());
+        json_object_set_new(c, "num_global_key_value_heads", json_integer(s->global_kv));
+    }
     if (s->pattern) {
         json_t *types = json_array();
         for (int l = 0; l < s->L; l++)
