@@ -40,31 +40,8 @@ out=$("$C" generate -p "x" --json-schema "$T/s.json" --grammar "$T/v.gbnf" 2>&1)
 [ "$rc" = 2 ] && grep -q 'one of --grammar and --json-schema' <<<"$out" && ok "generate: both flags refused" || bad "both flags ($rc): $out"
 
 # ---- celer serve ----
-NPM_DIR="$(cd "$B" && pwd)/npm"
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  bad "node and npm are needed (scripts/deps.sh installs Debian's nodejs and npm)"; finish
-fi
-if [ ! -f "$NPM_DIR/node_modules/openai/package.json" ]; then
-  timeout 300 npm install --prefix "$NPM_DIR" --no-audit --no-fund --no-save --loglevel=error openai@5.23.2 >"$T/npm.log" 2>&1 ||
-    { bad "npm install openai: $(tail -5 "$T/npm.log")"; finish; }
-fi
-export NPM_DIR
-"$C" serve --port 0 -m models/default -np 3 -c 2048 >"$T/serve.log" 2>&1 &
-PID=$!; PIDS="$PIDS $PID"; PORT=""
-for _ in $(seq 1 600); do
-  PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/serve.log" | grep -o '[0-9]*$')
-  [ -n "$PORT" ] && grep -q ' ready ' "$T/serve.log" && break
-  kill -0 "$PID" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$PORT" ] || ! grep -q ' ready ' "$T/serve.log"; then bad "server did not start: $(cat "$T/serve.log")"; finish; fi
-out=$(timeout 900 node tests/server/grammar.mjs "$PORT" 2>&1); rc=$?
-echo "$out"
-pass=$((pass + $(grep -c '^ok ' <<<"$out")))
-fail=$((fail + $(grep -c '^FAIL ' <<<"$out")))
-if [ "$rc" != 0 ] && ! grep -q '^FAIL ' <<<"$out"; then bad "grammar.mjs exited $rc"; fi
-kill -TERM "$PID"
-for _ in $(seq 1 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$PID" 2>/dev/null && { kill -KILL "$PID"; bad "server did not exit on SIGTERM"; }
-wait "$PID" 2>/dev/null
+need_openai
+start serve -m models/default -np 3 -c 2048 || finish
+node_script 900 tests/server/grammar.mjs "$PORT"
+stop "$PID" && ok "server: clean exit" || bad "server exit $?: $(tail -3 "$T/serve.log")"
 finish

@@ -24,16 +24,8 @@ for f in "--max-prompt 0" "--max-tokens -1" "--max-concurrent 0" "--timeout 0" "
   [ "$rc" = 2 ] && grep -q "wants an integer" <<<"$out" && ok "serve $f: exit 2" || bad "serve $f ($rc): $out"
 done
 
-"$C" serve -m models/default --port 0 -np 2 -c 128 --max-body 2048 --max-prompt 16 --max-tokens 8 \
-  --max-concurrent 3 --timeout 2 --no-cache-prompt >"$T/srv.log" 2>&1 &
-PID=$!; PIDS="$PIDS $PID"; PORT=""
-for _ in $(seq 1 600); do
-  PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/srv.log" | grep -o '[0-9]*$')
-  [ -n "$PORT" ] && grep -q ' ready ' "$T/srv.log" && break
-  kill -0 "$PID" 2>/dev/null || break
-  sleep 0.1
-done
-if ! grep -q ' ready ' "$T/srv.log"; then bad "server did not start: $(cat "$T/srv.log")"; finish; fi
+start srv -m models/default -np 2 -c 128 --max-body 2048 --max-prompt 16 --max-tokens 8 \
+  --max-concurrent 3 --timeout 2 --no-cache-prompt || finish
 
 # ---- request body, prompt length, max_tokens ----
 pad=$(printf 'x%.0s' $(seq 1 2100))
@@ -64,16 +56,9 @@ expect "top_logprobs: 21" 400 "'top_logprobs' must be in \[0, 20\]" \
 # (a server of its own with a long --timeout: on a loaded machine a client may take
 # longer to start than the first server's 2 s, which would close the idle connections
 # before the request that should find no place)
-"$C" serve -m models/default --port 0 -np 1 -c 128 --max-concurrent 3 --timeout 60 --no-cache-prompt \
-  >"$T/srv2.log" 2>&1 &
-PID2=$!; PIDS="$PIDS $PID2"; PORT1=$PORT; PORT=""
-for _ in $(seq 1 600); do
-  PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/srv2.log" | grep -o '[0-9]*$')
-  [ -n "$PORT" ] && grep -q ' ready ' "$T/srv2.log" && break
-  kill -0 "$PID2" 2>/dev/null || break
-  sleep 0.1
-done
-grep -q ' ready ' "$T/srv2.log" || bad "second server did not start: $(cat "$T/srv2.log")"
+PID1=$PID PORT1=$PORT
+start srv2 -m models/default -np 1 -c 128 --max-concurrent 3 --timeout 60 --no-cache-prompt
+PID2=$PID PID=$PID1
 exec 5<>/dev/tcp/127.0.0.1/"$PORT" 6<>/dev/tcp/127.0.0.1/"$PORT" 7<>/dev/tcp/127.0.0.1/"$PORT"
 # (on a loaded machine the server may take a moment to take the three connections in)
 r=""
@@ -99,7 +84,5 @@ exec 5<&-
 
 # ---- the server is unharmed ----
 expect "still answers" 200 '"choices"' /v1/completions '{"prompt":"In the beginning","max_tokens":2,"temperature":0}'
-kill -TERM "$PID"
-for _ in $(seq 1 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$PID" 2>/dev/null; then kill -KILL "$PID"; bad "server did not stop"; else wait "$PID" && ok "clean exit" || bad "exit status $?: $(tail -5 "$T/srv.log")"; fi
+stop "$PID" && ok "clean exit" || bad "exit status $? (or no exit within 30 s): $(tail -5 "$T/srv.log")"
 finish

@@ -30,19 +30,6 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.png
 
 get() { timeout 60 node tests/server/get.mjs "$@"; }
-# start NAME ARGS...: starts a server, sets PORT and PID, waits (bounded) until it is ready
-start() {
-  local name=$1; shift
-  "$C" serve --port 0 "$@" >"$T/$name.log" 2>&1 &
-  PID=$!; PIDS="$PIDS $PID"; PORT=""
-  for _ in $(seq 1 600); do
-    PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/$name.log" | grep -o '[0-9]*$')
-    if [ -n "$PORT" ] && grep -q ' ready ' "$T/$name.log"; then return 0; fi
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  bad "$name: server did not start: $(cat "$T/$name.log")"; return 1
-}
 node_case() { node_script 400 tests/server/page.mjs "$@"; }
 
 if start page -m models/default -c 1024 -np 2; then

@@ -12,22 +12,6 @@ B=$(dirname "$C")
 
 # get URL [KEY]: status line, then the body
 get() { timeout 60 node tests/server/get.mjs "$@"; }
-# start NAME ARGS...: starts a server, sets PORT and PID, waits until it is ready (bounded);
-# with WAIT=listening only until it listens
-start() {
-  local name=$1; shift
-  : >"$T/$name.log"
-  "$C" serve --port 0 "$@" >"$T/$name.log" 2>&1 &
-  PID=$!; PIDS="$PIDS $PID"; PORT=""
-  for _ in $(seq 1 600); do
-    PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/$name.log" | grep -o '[0-9]*$')
-    if [ -n "$PORT" ] && { [ "${WAIT:-}" = listening ] || grep -q ' ready ' "$T/$name.log"; }; then return 0; fi
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  bad "$name: server did not start: $(cat "$T/$name.log")"; return 1
-}
-# stop PID: SIGTERM, then wait (bounded) for a clean exit
 # node SCRIPT ARGS...: runs a test script (bounded), counts its ok/FAIL lines
 node_case() { node_script 300 "tests/server/$1" "${@:2}"; }
 
@@ -45,15 +29,7 @@ out=$("$C" serve -m "$T/none" --port 0 2>&1); rc=$?
 [ "$rc" = 1 ] && grep -q "error" <<<"$out" && ok "serve missing model: exit 1" || bad "serve missing model ($rc): $out"
 
 # ---- the npm client ----
-NPM_DIR="$(cd "$B" && pwd)/npm"
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  bad "node and npm are needed (scripts/deps.sh installs Debian's nodejs and npm)"; finish
-fi
-if [ ! -f "$NPM_DIR/node_modules/openai/package.json" ]; then
-  timeout 300 npm install --prefix "$NPM_DIR" --no-audit --no-fund --no-save --loglevel=error openai@5.23.2 >"$T/npm.log" 2>&1 ||
-    { bad "npm install openai: $(tail -5 "$T/npm.log")"; finish; }
-fi
-export NPM_DIR
+need_openai
 
 # ---- /health says 503 while the model loads (the tokenizer comes through a FIFO), then 200 ----
 mkdir -p "$T/slow" && mkfifo "$T/slow/tokenizer.json"
