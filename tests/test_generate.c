@@ -9,8 +9,9 @@
  *     behind backend_ops.sample/sampled) gives the same tokens, finishes and session
  *     and sampler state as the host loop, also when a second sequence joins mid-way;
  *   - the batched pipeline on the CPU (the stand-in behind sample_rows/sampled_rows
- *     too): seven sequences, greedy and sampled, ending by max_tokens, stop tokens
- *     (one step late, undone), a full context and a cancel, one joining mid-way: the
+ *     too): seven sequences, greedy and sampled (one with a penalty: host-sampled
+ *     beside the pipeline), ending by max_tokens, stop tokens (one step late,
+ *     undone), a full context and a cancel, one joining mid-way: the
  *     same tokens, finishes, session contents and follow-up generations as the host
  *     loop and as the unpipelined batched steps, with steps really queued ahead;
  *   - stop strings split across tokens of a real tokenizer (Llama 3's), held back
@@ -620,7 +621,8 @@ typedef struct {
     int32_t last[BN];       /* the last token the session holds */
 } batch_result;
 
-/* Seven sequences in one loop: 0 and 4 greedy, the others sampled (each its own seed);
+/* Seven sequences in one loop: 0 and 4 greedy, the others sampled (each its own seed;
+ * sequence 2 with a repeat penalty: the host samples it, beside the pipeline);
  * max_tokens, stop tokens stop[i] (-1: none), sequence 3 in a context that fills,
  * sequence 5 cancelled after 6 tokens, sequence 6 joining at step 4. */
 static void batch_run(celer_model *m, const int32_t *stop, batch_result *r) {
@@ -635,6 +637,10 @@ static void batch_run(celer_model *m, const int32_t *stop, batch_result *r) {
         if (i != 0 && i != 4) {
             sp.temperature = 0.9f;
             sp.seed = 100 + (uint64_t)i;
+        }
+        if (i == 2) {
+            sp.repeat_penalty = 1.3f;
+            sp.penalty_last_n = 16;
         }
         s[i] = celer_session_new(m, i == 3 ? NP + 12 : 64, 16);
         smp[i] = celer_sampler_new(&sp, 4096);

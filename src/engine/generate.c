@@ -437,17 +437,20 @@ static void land(celer_gen *g, gseq *q, celer_gen_event *e) {
     }
 }
 
-/* The batched pipelined step (every active sequence a ROW, or some of them landing:
- * go_on 0). Queues the step that feeds the tokens in flight of the rows that can go on
- * and draws their next ones (go_on, and 2 or more such rows), then reads the tokens
- * in flight and reports them: a row fed by the new step that ended on its token is
- * undone (its draw given back, its session rewound one token: the KV row the step
- * writes no longer counts); the others stay ROWs in their new rows; a row not fed
- * lands (finished, or PENDING for the host step). */
+/* The batched pipelined step, run first in every step while the pipeline holds rows.
+ * Queues the step that feeds the tokens in flight of the rows that can go on (go_on),
+ * plus the PENDING sequences the device can draw for (joiners: their token, known on
+ * the host, is uploaded into their row), and draws everyone's next token; then reads
+ * the tokens in flight and reports them: a row fed by the new step that ended on its
+ * token is undone (its draw given back, its session rewound one token: the KV row the
+ * step writes no longer counts); the others stay ROWs in their new rows; a row not fed
+ * lands (finished, or PENDING for the host step). Fewer than two rows to queue: every
+ * row lands. Sequences reported here are marked landed (nothing more this step). */
 static void rows_step(celer_gen *g, int *n_ev, int go_on) {
     backend *b = g->cm->m->be;
     const int R = g->pn, S = g->pslot;
     model_scratch *from = g->pscr;
+    /* the next step's rows: g->bi[j] the sequence, g->pnext[j] its row in flight (-1: a joiner) */
     int n2 = 0;
     for (int r = 0; r < R; r++) {
         const int i = g->prow[r];
@@ -459,18 +462,31 @@ static void rows_step(celer_gen *g, int *n_ev, int go_on) {
         if (go_on && (q->p.max_tokens < 0 || q->n_gen + 1 < q->p.max_tokens) && s->pos + 1 <= s->ctx) {
             g->pmore[r] = 1;
             g->pnext[n2] = r;
-            g->bs[n2++] = q->p.session;
+            g->bi[n2++] = i;
         }
     }
+    const int n_go = n2;
+    for (int i = 0; i < g->n_seq && go_on && n2 < SAMPLE_MAX_ROWS; i++) {
+        gseq *q = g->seq[i];
+        if (q->state == SEQ_PENDING && !g->landed[i] && device_ok(g, q, &g->bsp[n2])) {
+            g->pnext[n2] = -1;
+            g->bi[n2++] = i;
+        }
+    }
+    for (int j = 0; j < n2; j++) g->bs[j] = g->seq[g->bi[j]]->p.session;
     model_scratch *to = n2 ? g->bs[0]->scratch : NULL;
     int queued = 0;
     if (n2 >= 2 && n2 <= to->max_T) {
         /* the drawn tokens to their new rows (rows only move down: in order, each
-         * copy reads a row no earlier copy wrote), in stream order after the draw */
-        for (int j = 0; j < n2; j++)
-            if (to != from || g->pnext[j] != j) b->ops->copy(b, to->tok + j, from->tok + g->pnext[j], sizeof(int32_t));
+         * copy reads a row no earlier copy wrote), in stream order after the draw;
+         * a joiner's token from the host */
         for (int j = 0; j < n2; j++) {
-            gseq *q = g->seq[g->prow[g->pnext[j]]];
+            if (g->pnext[j] < 0) b->ops->upload(b, to->tok + j, &g->seq[g->bi[j]]->pending, sizeof(int32_t));
+            else if (to != from || g->pnext[j] != j)
+                b->ops->copy(b, to->tok + j, from->tok + g->pnext[j], sizeof(int32_t));
+        }
+        for (int j = 0; j < n2; j++) {
+            gseq *q = g->seq[g->bi[j]];
             g->bdev[j] = 1;
             sample_device_params(q->smp, &g->bsp[j]);
             g->bu[j] = sample_device_draw(q->smp, &q->before);
@@ -478,13 +494,20 @@ static void rows_step(celer_gen *g, int *n_ev, int go_on) {
         queued = engine_batch_decode_queue(g->bs, NULL, n2, g->bdev, g->bsp, g->bu, (S + 1) % SAMPLE_SLOTS) == 0;
         if (!queued) /* the draws back; the rows land, and the host step reports the error */
             for (int j = 0; j < n2; j++) {
-                gseq *q = g->seq[g->prow[g->pnext[j]]];
+                gseq *q = g->seq[g->bi[j]];
                 sample_device_undraw(q->smp, &q->before);
             }
     }
     if (!queued)
         for (int r = 0; r < R; r++) g->pmore[r] = 0;
-    const int rc = b->ops->sampled_rows(b, S, g->bout, R);
+    for (int j = n_go; j < n2 && queued; j++) { /* the joiners are fed: ROWs from here on */
+        gseq *q = g->seq[g->bi[j]];
+        celer_session *s = q->p.session;
+        s->tokens[s->pos - 1] = q->pending;
+        q->state = SEQ_ROW;
+        q->dev_logits = 0;
+    }
+    const int rc = R ? b->ops->sampled_rows(b, S, g->bout, R) : 0;
     for (int r = 0; r < R; r++) {
         const int i = g->prow[r];
         if (i < 0) continue;
@@ -497,6 +520,7 @@ static void rows_step(celer_gen *g, int *n_ev, int go_on) {
             if (g->pmore[r]) {
                 sample_device_undraw(q->smp, &q->before);
                 celer_session_rewind(s, s->pos - 1);
+                g->pmore[r] = 0;
             }
             fail(q, e);
             continue;
@@ -513,22 +537,21 @@ static void rows_step(celer_gen *g, int *n_ev, int go_on) {
             q->state = SEQ_PENDING;
         }
     }
-    /* the rows of the step now in flight: those that went on and did not end */
+    /* the rows of the step now in flight: those that went on and did not end, and the joiners */
     int n = 0;
     for (int j = 0; j < n2 && queued; j++) {
         const int r = g->pnext[j];
-        g->pnext[j] = g->pmore[r] ? g->prow[r] : -1;
-    }
-    for (int j = 0; j < n2 && queued; j++) {
-        g->prow[j] = g->pnext[j];
+        g->prow[j] = r < 0 || g->pmore[r] ? g->bi[j] : -1;
         if (g->prow[j] >= 0) {
             g->seq[g->prow[j]]->row = j;
             n++;
         }
     }
     g->pn = n ? n2 : 0;
-    g->pslot = (S + 1) % SAMPLE_SLOTS;
-    g->pscr = to;
+    if (queued) {
+        g->pslot = (S + 1) % SAMPLE_SLOTS;
+        g->pscr = to;
+    }
     if (!n && queued) /* every row of the new step ended on its token: let it finish */
         b->ops->sampled_rows(b, g->pslot, g->bout, n2);
 }
@@ -618,10 +641,8 @@ static void host_sample(celer_gen *g, gseq *q, celer_gen_event *e) {
 
 /* A decode step of the n >= 2 PENDING sequences in the batch arrays, whose next
  * tokens are drawn on the device in one launch where their parameters allow (the
- * others' logits come to the host, as in the host step). When every row is drawn on
- * the device and the rows are every sequence there is, the step is only queued: the
- * rows become ROWs of the batched pipeline (CELER_BATCH_PIPELINE, on by default) and
- * the caller runs rows_step. 0 when the step did not run (no backend sampler, no row
+ * others' logits come to the host, as in the host step); the unpipelined path
+ * (CELER_BATCH_PIPELINE=0, or rows the pipeline could not take). 0 when the step did not run (no backend sampler, no row
  * for it, or a failure: every draw is taken back and the host step runs instead,
  * reporting any error). */
 static int feed_device(celer_gen *g, int n) {
@@ -638,25 +659,6 @@ static int feed_device(celer_gen *g, int n) {
     if (!any) return 0;
     for (int k = 0; k < n; k++)
         if (g->bdev[k]) g->bu[k] = sample_device_draw(g->seq[g->bi[k]]->smp, &g->seq[g->bi[k]]->before);
-    int pipe = setting_flag(SET_CELER_BATCH_PIPELINE) && celer_gen_active(g) == n;
-    for (int k = 0; k < n && pipe; k++) pipe = g->bdev[k];
-    if (pipe) {
-        if (engine_batch_decode_queue(g->bs, g->btok, n, g->bdev, g->bsp, g->bu, 0) != 0) {
-            for (int k = 0; k < n; k++) sample_device_undraw(g->seq[g->bi[k]]->smp, &g->seq[g->bi[k]]->before);
-            return 0;
-        }
-        for (int k = 0; k < n; k++) {
-            gseq *q = g->seq[g->bi[k]];
-            q->dev_logits = 0;
-            q->state = SEQ_ROW;
-            q->row = k;
-            g->prow[k] = g->bi[k];
-        }
-        g->pn = n;
-        g->pslot = 0;
-        g->pscr = g->bs[0]->scratch;
-        return 1;
-    }
     if (engine_batch_decode_sample(g->bs, g->btok, n, g->bdev, g->bsp, g->bu, g->bout) != 0) {
         for (int k = 0; k < n; k++)
             if (g->bdev[k]) sample_device_undraw(g->seq[g->bi[k]]->smp, &g->seq[g->bi[k]]->before);
@@ -687,7 +689,7 @@ static void feed(celer_gen *g, int *n_ev) {
         g->bi[n++] = i;
         decode++;
     }
-    int left = g->budget ? g->budget - decode : 0;
+    int left = g->budget ? g->budget - decode - g->pn : 0; /* the pipeline's rows are decode tokens too */
     for (int i = 0; i < g->n_seq; i++) {
         gseq *q = g->seq[i];
         if (q->state != SEQ_PREFILL) continue;
@@ -747,24 +749,32 @@ int celer_gen_step(celer_gen *g, const celer_gen_event **events) {
         pipe_step(g, q, &g->ev[0]);
         return 1;
     }
-    if (g->pn) { /* the batched pipeline: on while every sequence is one of its rows */
-        int rows = 0;
-        for (int i = 0; i < g->n_seq; i++) rows += g->seq[i]->state == SEQ_ROW;
-        if (rows == active) {
-            memset(g->landed, 0, (size_t)g->n_seq);
-            rows_step(g, &n_ev, 1);
-            return n_ev;
-        }
-    }
-    /* the pipelines stop while sequences outside them run: land the tokens in flight */
+    memset(g->landed, 0, (size_t)g->n_seq);
+    /* the lone pipeline stops while other sequences run: land its token in flight */
     for (int i = 0; i < g->n_seq; i++) {
         gseq *q = g->seq[i];
-        g->landed[i] = q->state == SEQ_INFLIGHT;
-        if (!g->landed[i]) continue;
+        if (q->state != SEQ_INFLIGHT) continue;
+        g->landed[i] = 1;
         event_init(q, i, &g->ev[n_ev]);
         land(g, q, &g->ev[n_ev++]);
     }
-    if (g->pn) rows_step(g, &n_ev, 0);
+    if (!g->pn && setting_flag(SET_CELER_BATCH_PIPELINE) && g->cm->m->be->ops->sample_rows &&
+        setting_flag(SET_CELER_DEVICE_SAMPLE)) {
+        /* two or more PENDING sequences the device can draw for start the batched
+         * pipeline: their step is queued, then the next one before its tokens are read */
+        rows_step(g, &n_ev, 1);
+    }
+    if (g->pn) {
+        /* the batched pipeline goes on whatever else runs: the host's part of the step
+         * (prompt chunks, rows sampled on the host) follows as its own forward */
+        rows_step(g, &n_ev, 1);
+        int others = 0;
+        for (int i = 0; i < g->n_seq; i++) {
+            const int st = g->seq[i]->state;
+            others += st != SEQ_FREE && st != SEQ_DONE && st != SEQ_ROW && !g->landed[i];
+        }
+        if (!others) return n_ev;
+    }
     feed(g, &n_ev);
     for (int i = 0; i < g->n_seq; i++) {
         gseq *q = g->seq[i];
@@ -805,7 +815,6 @@ int celer_gen_step(celer_gen *g, const celer_gen_event **events) {
         }
         host_sample(g, q, e);
     }
-    if (g->pn) rows_step(g, &n_ev, 1); /* feed started the batched pipeline */
     return n_ev;
 }
 
