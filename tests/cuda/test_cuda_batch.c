@@ -207,11 +207,12 @@ static int loops_differ(const char *dir, const char *what, const loop_run *a, co
 /* Pipelined against unpipelined batched steps (see the top). Without stop tokens or
  * a cancel every step has the same rows both ways: everything bit for bit. With them
  * the step after a row ends carries that row pipelined (its speculative token), so
- * the products may run at another row count: the tokens must still agree, each row
- * must stop exactly, and the logits after it must match the lone run's path within
- * the batched-vs-alone tolerance (a speculative KV row left in the cache would add a
- * key the lone run does not have). */
-static void pipelined_equals_unpipelined(celer_model *m, const lone_run *r, const char *dir) {
+ * the products may run at another row count and round differently: the greedy tokens
+ * must agree up to the lone run's first near tie (gap under `tie`), each row must stop
+ * exactly, and the logits after it must match the lone run's path within the
+ * batched-vs-alone tolerance (a speculative KV row left in the cache would add a key
+ * the lone run does not have). */
+static void pipelined_equals_unpipelined(celer_model *m, const lone_run *r, const char *dir, float tie) {
     static loop_run a, b;
     int ok = 1;
     for (int i = 0; i < N; i++) {
@@ -234,7 +235,17 @@ static void pipelined_equals_unpipelined(celer_model *m, const lone_run *r, cons
     CHECK(ok && looped(m, r, stop, 1, &a) == 0, "%s: unpipelined loop with stop tokens", dir);
     setting_override(SET_CELER_BATCH_PIPELINE, "1");
     CHECK(ok && looped(m, r, stop, 1, &b) == 0, "%s: pipelined loop with stop tokens", dir);
-    differ = ok ? loops_differ(dir, "stops", &a, &b, r->V, 0) : 0;
+    differ = 0;
+    for (int i = 0; i < N && ok; i++) {
+        if (i % 4 == 3) continue; /* sampled: compared in the run above */
+        for (int t = 0; t < a.n_got[i] && t < b.n_got[i] && r->margin[i][t] >= tie; t++)
+            if (a.got[i][t] != b.got[i][t]) {
+                if (differ++ < 5)
+                    printf("  %s (stops): sequence %d step %d: unpipelined %d, pipelined %d\n", dir, i, t, a.got[i][t],
+                           b.got[i][t]);
+                break;
+            }
+    }
     int stopped = 0, bad = 0;
     double e = 0;
     float *alone = calloc((size_t)r->V, sizeof(float));
@@ -358,7 +369,7 @@ static void batch_equals_alone(const char *dir) {
     printf("  %s: generation loop: %d tokens compared, %d sequences differ\n", dir, compared, wrong);
     /* the fast precision's wider ties leave fewer tokens to compare */
     CHECK(compared > (strcmp(precision, "fast") == 0 ? N : N * 5) && wrong == 0, "%s: %d sequences generate other tokens batched than alone", dir, wrong);
-    if (m) pipelined_equals_unpipelined(m, r, dir);
+    if (m) pipelined_equals_unpipelined(m, r, dir, tie);
     for (int i = 0; i < N; i++) {
         free(r->logits[i]);
         free(b1[i]);
