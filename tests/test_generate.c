@@ -426,6 +426,7 @@ static struct {
     int busy[SAMPLE_SLOTS];
     int queued, read, misuse;
     int ahead;              /* batched draws queued while another slot was unread */
+    int fail_at, n_reads;   /* sampled_rows call fail_at (1-based) fails, as a device error would */
 } fake;
 
 /* The stand-in's pick from logits [V] with p and the draw u. */
@@ -498,6 +499,7 @@ static int fake_sampled_rows(backend *b, int slot, int32_t *out, int n) {
     }
     fake.busy[slot] = 0;
     fake.read++;
+    if (fake.fail_at && ++fake.n_reads == fake.fail_at) return err_set("stand-in sampler: injected device failure");
     memcpy(out, fake.rows[slot], (size_t)n * sizeof *out);
     return 0;
 }
@@ -739,6 +741,63 @@ static void batch_pipeline_matches_host(void) {
     celer_model_free(m);
 }
 
+/* A device failure while the batched pipeline runs: the rows of that step end with an
+ * error naming it (no token from the failed read), the loop ends, and each session is
+ * left holding its prompt and every token it reported, usable for a new generation. */
+static void batch_pipeline_device_failure(void) {
+    celer_model *m = celer_model_open("models/default", 2);
+    CHECK(m != NULL, "models/default: %s", celer_last_error());
+    if (!m) return;
+    setting_override(SET_CELER_DEVICE_SAMPLE, "1");
+    setting_override(SET_CELER_BATCH_PIPELINE, "1");
+    enum { K = 4 };
+    celer_session *s[K];
+    celer_gen *g = celer_gen_new(m, 0);
+    for (int i = 0; i < K; i++) {
+        s[i] = celer_session_new(m, 64, 16);
+        celer_gen_seq q = {.session = s[i], .prompt = PROMPT + i % 3, .n_prompt = NP - i % 3, .max_tokens = 16,
+                           .stop_token = -1};
+        CHECK(celer_gen_add(g, &q) == i, "add %d: %s", i, celer_last_error());
+    }
+    fake_install_rows(m, 1, 1);
+    memset(fake.busy, 0, sizeof fake.busy);
+    fake.queued = fake.read = fake.misuse = fake.ahead = fake.n_reads = 0;
+    fake.fail_at = 4;
+    int n_tok[K] = {0}, fin[K] = {0}, errors = 0, after = 0, named = 0;
+    for (int st = 0; st < 1000 && celer_gen_active(g); st++) {
+        const celer_gen_event *ev;
+        const int n = celer_gen_step(g, &ev);
+        for (int k = 0; k < n; k++) {
+            const int i = ev[k].seq;
+            after += fin[i] != 0;
+            if (ev[k].token >= 0) n_tok[i]++;
+            if (ev[k].finish == CELER_FINISH_ERROR) {
+                errors++;
+                named += ev[k].error && strstr(ev[k].error, "injected") != NULL;
+                CHECK(ev[k].token < 0, "sequence %d: a token with the error", i);
+            }
+            if (ev[k].finish) fin[i] = ev[k].finish;
+        }
+    }
+    const int queued = fake.queued, read = fake.read, misuse = fake.misuse;
+    celer_gen_free(g);
+    fake.fail_at = 0;
+    fake_install_rows(m, 0, 1);
+    CHECK(errors == K && named == K && after == 0, "%d errors (%d naming the failure), %d events after a finish",
+          errors, named, after);
+    CHECK(queued == read && misuse == 0, "%d draws queued, %d read, %d misuses", queued, read, misuse);
+    for (int i = 0; i < K; i++) {
+        CHECK(n_tok[i] > 0 && n_tok[i] < 16, "sequence %d: %d tokens before the failure", i, n_tok[i]);
+        CHECK(celer_session_pos(s[i]) == NP - i % 3 + n_tok[i], "sequence %d: the session holds %d tokens, want %d",
+              i, celer_session_pos(s[i]), NP - i % 3 + n_tok[i]);
+        int32_t out[4];
+        CHECK(celer_generate(s[i], NULL, PROMPT, 2, 4, -1, out, NULL) == 4, "sequence %d: no generation after: %s", i,
+              celer_last_error());
+        celer_session_free(s[i]);
+    }
+    celer_model_free(m);
+}
+
 int main(void) {
     RUN(several_llama);
     RUN(several_qwen3);
@@ -749,5 +808,6 @@ int main(void) {
     RUN(stop_strings_text);
     RUN(pipelined_matches_host);
     RUN(batch_pipeline_matches_host);
+    RUN(batch_pipeline_device_failure);
     return harness_done();
 }
