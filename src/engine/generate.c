@@ -16,20 +16,22 @@
  *     the token in flight and the device draw of the next one, then read the token in
  *     flight, then check it. A step queued past the end is undone: wait for it, give
  *     the sampler its draw back, rewind the session one token.
- *   - when every sequence is a ROW, the batched pipelined step (rows_step) does the
- *     same for all of them: the rows that can go on (room under max_tokens and the
- *     context, known before their tokens are read) are moved to their new rows on the
- *     device and queued as one step with their draws, then the tokens in flight are
- *     read and checked; a row that ended on its token is undone as above (its
- *     speculative KV row goes with the rewind), one that could not go on lands.
- *   - otherwise every INFLIGHT or ROW sequence lands (its token is read, reported,
- *     and fed by the next step as a PENDING one, on the host), and the host step runs: one
- *     celer_batch_eval feeds every PENDING token and prompt chunks under the budget;
- *     then each READY sequence is sampled on the host, or, when it is the only
- *     sequence and the device can sample it, starts the pipeline. A decode step of
- *     every sequence, all drawn on the device, starts the batched pipeline instead
- *     (its rows become ROWs and rows_step runs at once).
- * Both paths end a token through finish_token, so the finish rules are one piece of
+ *   - otherwise a lone INFLIGHT sequence lands (its token is read, reported, and fed
+ *     by a later step as a PENDING one). Then the batched pipeline (rows_step,
+ *     CELER_BATCH_PIPELINE): PENDING sequences the device can draw for join it (two
+ *     or more start it), their tokens uploaded into their rows; the rows that can go
+ *     on (room under max_tokens and the context, known before their tokens are read)
+ *     are moved to their new rows on the device and queued as one step with their
+ *     draws, then the tokens in flight are read and checked; a row that ended on its
+ *     token is undone as above (its speculative KV row goes with the rewind), one that
+ *     could not go on lands. When a pipeline starts, its first step is queued and
+ *     rows_step runs again at once, so the step reports a token for every row.
+ *   - then the host step for what is left, as its own forward after the queued one:
+ *     one celer_batch_eval feeds the other PENDING tokens (host-sampled rows) and
+ *     prompt chunks under the budget (the pipeline's rows count against it); then
+ *     each READY sequence is sampled on the host, or, when it is the only sequence
+ *     and the device can sample it, starts the lone pipeline.
+ * Every path ends a token through finish_token, so the finish rules are one piece of
  * code: stop token, then stop string, then max_tokens, then context full (the
  * session holds ctx tokens: the token cannot be fed). */
 #include <math.h>
