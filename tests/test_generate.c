@@ -8,11 +8,18 @@
  *   - the pipelined path on the CPU: a stand-in device sampler (the host's filters
  *     behind backend_ops.sample/sampled) gives the same tokens, finishes and session
  *     and sampler state as the host loop, also when a second sequence joins mid-way;
+ *   - the batched pipeline on the CPU (the stand-in behind sample_rows/sampled_rows
+ *     too): seven sequences, greedy and sampled (one with a penalty: host-sampled
+ *     beside the pipeline), ending by max_tokens, stop tokens (one step late,
+ *     undone), a full context and a cancel, one joining mid-way: the
+ *     same tokens, finishes, session contents and follow-up generations as the host
+ *     loop and as the unpipelined batched steps, with steps really queued ahead;
  *   - stop strings split across tokens of a real tokenizer (Llama 3's), held back
  *     while they may still complete. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "base/settings.h"
 #include "engine/engine.h"
 #include "engine/sample.h"
@@ -414,12 +421,16 @@ static struct {
     const backend_ops *orig;
     celer_sampler *smp;
     int32_t slot[SAMPLE_SLOTS];
+    int32_t rows[SAMPLE_SLOTS][SAMPLE_MAX_ROWS];
+    int n_rows[SAMPLE_SLOTS];
     int busy[SAMPLE_SLOTS];
     int queued, read, misuse;
+    int ahead;              /* batched draws queued while another slot was unread */
+    int fail_at, n_reads;   /* sampled_rows call fail_at (1-based) fails, as a device error would */
 } fake;
 
-static int fake_sample(backend *b, const float *logits, int V, const sample_params *p, double u, int32_t *tok, int slot) {
-    (void)b;
+/* The stand-in's pick from logits [V] with p and the draw u. */
+static int32_t fake_pick(const float *logits, int V, const sample_params *p, double u) {
     celer_sampler_params sp;
     celer_sampler_params_default(&sp);
     sp.temperature = p->temperature;
@@ -437,6 +448,12 @@ static int fake_sample(backend *b, const float *logits, int V, const sample_para
             t = ids[i];
             break;
         }
+    return t;
+}
+
+static int fake_sample(backend *b, const float *logits, int V, const sample_params *p, double u, int32_t *tok, int slot) {
+    (void)b;
+    const int32_t t = fake_pick(logits, V, p, u);
     if (fake.busy[slot]) fake.misuse++; /* a slot reused before it was read */
     fake.busy[slot] = 1;
     fake.slot[slot] = t;
@@ -456,13 +473,49 @@ static int32_t fake_sampled(backend *b, int slot) {
     return fake.slot[slot];
 }
 
-static void fake_install(celer_model *m, int on) {
+/* Rows [n] of logits [n, V], each as fake_sample, into tok [n] and a slot. */
+static int fake_sample_rows(backend *b, const float *logits, int V, int n, const sample_params *p, const double *u,
+                            int32_t *tok, int slot) {
+    (void)b;
+    if (n <= 0 || n > SAMPLE_MAX_ROWS || slot < 0 || slot >= SAMPLE_SLOTS) {
+        fake.misuse++;
+        return -1;
+    }
+    if (fake.busy[slot]) fake.misuse++;
+    for (int k = 0; k < SAMPLE_SLOTS; k++) fake.ahead += k != slot && fake.busy[k];
+    for (int i = 0; i < n; i++) tok[i] = fake.rows[slot][i] = fake_pick(logits + (size_t)i * V, V, &p[i], u[i]);
+    fake.busy[slot] = 1;
+    fake.n_rows[slot] = n;
+    fake.queued++;
+    return 0;
+}
+
+static int fake_sampled_rows(backend *b, int slot, int32_t *out, int n) {
+    (void)b;
+    if (!fake.busy[slot] || n != fake.n_rows[slot]) {
+        fake.misuse++;
+        return err_set("stand-in sampler: slot %d read with %d rows (busy %d, %d rows drawn)", slot, n,
+                       fake.busy[slot], fake.n_rows[slot]);
+    }
+    fake.busy[slot] = 0;
+    fake.read++;
+    if (fake.fail_at && ++fake.n_reads == fake.fail_at) return err_set("stand-in sampler: injected device failure");
+    memcpy(out, fake.rows[slot], (size_t)n * sizeof *out);
+    return 0;
+}
+
+/* rows: the batched sampler too (else the loop samples batches on the host). */
+static void fake_install_rows(celer_model *m, int on, int rows) {
     backend *b = m->m->be;
     if (on) {
         fake.orig = b->ops;
         fake.ops = *b->ops;
         fake.ops.sample = fake_sample;
         fake.ops.sampled = fake_sampled;
+        if (rows) {
+            fake.ops.sample_rows = fake_sample_rows;
+            fake.ops.sampled_rows = fake_sampled_rows;
+        }
         b->ops = &fake.ops;
     } else {
         b->ops = fake.orig;
@@ -470,6 +523,8 @@ static void fake_install(celer_model *m, int on) {
         fake.smp = NULL;
     }
 }
+
+static void fake_install(celer_model *m, int on) { fake_install_rows(m, on, 0); }
 
 typedef struct {
     run_out a, b;           /* a first generation, and one after a follow-up prompt */
@@ -557,6 +612,192 @@ static void pipelined_matches_host(void) {
     celer_model_free(m);
 }
 
+/* ---------------------------------------------------------------- the batched pipeline */
+
+enum { BN = 7 };
+
+typedef struct {
+    run_out o[BN];          /* each sequence's tokens and finish */
+    run_out f[BN];          /* a follow-up generation on its session and sampler */
+    int pos[BN];            /* what its session held after it */
+    int32_t last[BN];       /* the last token the session holds */
+} batch_result;
+
+/* Seven sequences in one loop: 0 and 4 greedy, the others sampled (each its own seed;
+ * sequence 2 with a repeat penalty: the host samples it, beside the pipeline);
+ * max_tokens, stop tokens stop[i] (-1: none), sequence 3 in a context that fills,
+ * sequence 5 cancelled after 6 tokens, sequence 6 joining at step 4. */
+static void batch_run(celer_model *m, const int32_t *stop, batch_result *r) {
+    memset(r, 0, sizeof *r);
+    static const int max_tok[BN] = {20, 14, 25, -1, 9, 20, 11};
+    celer_session *s[BN];
+    celer_sampler *smp[BN];
+    celer_gen *g = celer_gen_new(m, 0);
+    for (int i = 0; i < BN; i++) {
+        celer_sampler_params sp;
+        celer_sampler_params_default(&sp);
+        if (i != 0 && i != 4) {
+            sp.temperature = 0.9f;
+            sp.seed = 100 + (uint64_t)i;
+        }
+        if (i == 2) {
+            sp.repeat_penalty = 1.3f;
+            sp.penalty_last_n = 16;
+        }
+        s[i] = celer_session_new(m, i == 3 ? NP + 12 : 64, 16);
+        smp[i] = celer_sampler_new(&sp, 4096);
+    }
+    for (int st = 0; st < 100000; st++) {
+        for (int i = 0; i < BN; i++) {
+            if (i == 6 ? st != 4 : st != 0) continue;
+            celer_gen_seq q = {.session = s[i], .sampler = smp[i], .prompt = PROMPT + i % 3, .n_prompt = NP - i % 3,
+                               .max_tokens = max_tok[i], .stop_token = stop[i]};
+            CHECK(celer_gen_add(g, &q) == i, "add %d: %s", i, celer_last_error());
+        }
+        if (st > 4 && !celer_gen_active(g)) break;
+        const celer_gen_event *ev;
+        const int n = celer_gen_step(g, &ev);
+        CHECK(n >= 0, "step: %s", celer_last_error());
+        for (int k = 0; k < n; k++) {
+            run_out *o = &r->o[ev[k].seq];
+            if (ev[k].token >= 0) o->tok[o->n++] = ev[k].token;
+            CHECK(ev[k].n_generated == o->n, "sequence %d: n_generated %d after %d tokens", ev[k].seq,
+                  ev[k].n_generated, o->n);
+            o->finish = ev[k].finish;
+            if (ev[k].finish == CELER_FINISH_ERROR) printf("  error: %s\n", ev[k].error);
+            if (ev[k].seq == 5 && o->n == 6 && !ev[k].finish) celer_gen_cancel(g, 5);
+        }
+    }
+    celer_gen_free(g);
+    const int32_t follow[2] = {5, 6};
+    for (int i = 0; i < BN; i++) {
+        r->pos[i] = celer_session_pos(s[i]);
+        r->last[i] = r->pos[i] > 0 ? s[i]->tokens[r->pos[i] - 1] : -1;
+        if (r->pos[i] + 2 > s[i]->ctx) celer_session_rewind(s[i], NP);
+        r->f[i].n = celer_generate(s[i], smp[i], follow, 2, 6, -1, r->f[i].tok, &r->f[i].finish);
+        celer_sampler_free(smp[i]);
+        celer_session_free(s[i]);
+    }
+}
+
+static int batch_same(const char *what, const batch_result *a, const batch_result *b) {
+    int ok = 1;
+    for (int i = 0; i < BN; i++) {
+        const run_out *x = &a->o[i], *y = &b->o[i];
+        if (x->n != y->n || memcmp(x->tok, y->tok, (size_t)x->n * 4) != 0 || x->finish != y->finish) {
+            printf("  %s: sequence %d: %d tokens (%s) against %d (%s)\n", what, i, x->n, celer_finish_name(x->finish),
+                   y->n, celer_finish_name(y->finish));
+            ok = 0;
+        }
+        if (a->pos[i] != b->pos[i] || a->last[i] != b->last[i]) {
+            printf("  %s: sequence %d: the session holds %d tokens (last %d) against %d (last %d)\n", what, i,
+                   a->pos[i], a->last[i], b->pos[i], b->last[i]);
+            ok = 0;
+        }
+        if (a->f[i].n <= 0 || a->f[i].n != b->f[i].n || memcmp(a->f[i].tok, b->f[i].tok, sizeof a->f[i].tok) != 0) {
+            printf("  %s: sequence %d: the follow-up generation differs (%d vs %d tokens)\n", what, i, a->f[i].n,
+                   b->f[i].n);
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
+static void batch_pipeline_matches_host(void) {
+    celer_model *m = celer_model_open("models/default", 2);
+    CHECK(m != NULL, "models/default: %s", celer_last_error());
+    if (!m) return;
+    setting_override(SET_CELER_DEVICE_SAMPLE, "1");
+    int32_t stop[BN] = {-1, -1, -1, -1, -1, -1, -1};
+    static batch_result h, d0, d1;
+    batch_run(m, stop, &h);
+    /* stop tokens the host run meets mid-way: sequences 1, 4 and 6 end on them */
+    stop[1] = h.o[1].tok[7];
+    stop[4] = h.o[4].tok[3];
+    stop[6] = h.o[6].tok[5];
+    batch_run(m, stop, &h);
+    CHECK(h.o[1].finish == CELER_FINISH_STOP_TOKEN && h.o[4].finish == CELER_FINISH_STOP_TOKEN &&
+              h.o[6].finish == CELER_FINISH_STOP_TOKEN && h.o[3].finish == CELER_FINISH_CONTEXT &&
+              h.o[0].finish == CELER_FINISH_LENGTH && h.o[5].n == 6,
+          "host run: the finishes are not the ones the test means (%s %s %s %s %s, %d)",
+          celer_finish_name(h.o[1].finish), celer_finish_name(h.o[4].finish), celer_finish_name(h.o[6].finish),
+          celer_finish_name(h.o[3].finish), celer_finish_name(h.o[0].finish), h.o[5].n);
+    for (int pipe = 0; pipe <= 1; pipe++) {
+        setting_override(SET_CELER_BATCH_PIPELINE, pipe ? "1" : "0");
+        fake_install_rows(m, 1, 1);
+        memset(fake.busy, 0, sizeof fake.busy);
+        fake.queued = fake.read = fake.misuse = fake.ahead = 0;
+        batch_run(m, stop, pipe ? &d1 : &d0);
+        const int queued = fake.queued, read = fake.read, misuse = fake.misuse, ahead = fake.ahead;
+        fake_install_rows(m, 0, 1);
+        const char *what = pipe ? "pipelined" : "unpipelined";
+        printf("  %s: %d draws queued, %d of them ahead of an unread slot\n", what, queued, ahead);
+        CHECK(queued > 10, "%s: the device path was not taken (%d draws)", what, queued);
+        CHECK(queued == read && misuse == 0, "%s: %d draws queued, %d read, %d misuses", what, queued, read, misuse);
+        CHECK(pipe ? ahead > 10 : ahead == 0, "%s: %d batched draws queued before the last was read", what, ahead);
+        CHECK(batch_same(what, &h, pipe ? &d1 : &d0), "%s batched steps differ from the host loop", what);
+    }
+    setting_override(SET_CELER_BATCH_PIPELINE, "1");
+    celer_model_free(m);
+}
+
+/* A device failure while the batched pipeline runs: the rows of that step end with an
+ * error naming it (no token from the failed read), the loop ends, and each session is
+ * left holding its prompt and every token it reported, usable for a new generation. */
+static void batch_pipeline_device_failure(void) {
+    celer_model *m = celer_model_open("models/default", 2);
+    CHECK(m != NULL, "models/default: %s", celer_last_error());
+    if (!m) return;
+    setting_override(SET_CELER_DEVICE_SAMPLE, "1");
+    setting_override(SET_CELER_BATCH_PIPELINE, "1");
+    enum { K = 4 };
+    celer_session *s[K];
+    celer_gen *g = celer_gen_new(m, 0);
+    for (int i = 0; i < K; i++) {
+        s[i] = celer_session_new(m, 64, 16);
+        celer_gen_seq q = {.session = s[i], .prompt = PROMPT + i % 3, .n_prompt = NP - i % 3, .max_tokens = 16,
+                           .stop_token = -1};
+        CHECK(celer_gen_add(g, &q) == i, "add %d: %s", i, celer_last_error());
+    }
+    fake_install_rows(m, 1, 1);
+    memset(fake.busy, 0, sizeof fake.busy);
+    fake.queued = fake.read = fake.misuse = fake.ahead = fake.n_reads = 0;
+    fake.fail_at = 4;
+    int n_tok[K] = {0}, fin[K] = {0}, errors = 0, after = 0, named = 0;
+    for (int st = 0; st < 1000 && celer_gen_active(g); st++) {
+        const celer_gen_event *ev;
+        const int n = celer_gen_step(g, &ev);
+        for (int k = 0; k < n; k++) {
+            const int i = ev[k].seq;
+            after += fin[i] != 0;
+            if (ev[k].token >= 0) n_tok[i]++;
+            if (ev[k].finish == CELER_FINISH_ERROR) {
+                errors++;
+                named += ev[k].error && strstr(ev[k].error, "injected") != NULL;
+                CHECK(ev[k].token < 0, "sequence %d: a token with the error", i);
+            }
+            if (ev[k].finish) fin[i] = ev[k].finish;
+        }
+    }
+    const int queued = fake.queued, read = fake.read, misuse = fake.misuse;
+    celer_gen_free(g);
+    fake.fail_at = 0;
+    fake_install_rows(m, 0, 1);
+    CHECK(errors == K && named == K && after == 0, "%d errors (%d naming the failure), %d events after a finish",
+          errors, named, after);
+    CHECK(queued == read && misuse == 0, "%d draws queued, %d read, %d misuses", queued, read, misuse);
+    for (int i = 0; i < K; i++) {
+        CHECK(n_tok[i] > 0 && n_tok[i] < 16, "sequence %d: %d tokens before the failure", i, n_tok[i]);
+        CHECK(celer_session_pos(s[i]) == NP - i % 3 + n_tok[i], "sequence %d: the session holds %d tokens, want %d",
+              i, celer_session_pos(s[i]), NP - i % 3 + n_tok[i]);
+        int32_t out[4];
+        CHECK(celer_generate(s[i], NULL, PROMPT, 2, 4, -1, out, NULL) == 4, "sequence %d: no generation after: %s", i,
+              celer_last_error());
+        celer_session_free(s[i]);
+    }
+    celer_model_free(m);
+}
+
 int main(void) {
     RUN(several_llama);
     RUN(several_qwen3);
@@ -566,5 +807,7 @@ int main(void) {
     RUN(stop_strings_real_tokenizer);
     RUN(stop_strings_text);
     RUN(pipelined_matches_host);
+    RUN(batch_pipeline_matches_host);
+    RUN(batch_pipeline_device_failure);
     return harness_done();
 }

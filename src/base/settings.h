@@ -18,6 +18,7 @@
     X(CELER_NO_SIMD, FLAG, "0", "1: the same as CELER_CPU=generic (portable C kernels; CELER_CPU wins when set)")    \
     X(CELER_DECODE_BATCH, FLAG, "1", "0: a decode step of several sequences attends per sequence, unpadded (A/B)")    \
     X(CELER_DEVICE_SAMPLE, FLAG, "1", "0: a GPU session samples on the host and runs the unpipelined loop")         \
+    X(CELER_BATCH_PIPELINE, FLAG, "1", "0: a batched decode step reads its tokens before the next is queued (A/B)")  \
     X(CELER_FUSE, FLAG, "1", "0: q/k/v and gate/up weights are uploaded separately instead of fused")              \
     X(CELER_GRAPH, FLAG, "1", "0: GPU decode steps run op by op instead of as captured CUDA graphs")               \
     X(CELER_PDL, FLAG, "1", "0: GPU kernels launch without programmatic dependent launch")                         \

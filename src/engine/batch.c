@@ -37,8 +37,8 @@ static int run_group(celer_session *const *ss, const int32_t *const *tok, const 
     return 0;
 }
 
-int engine_batch_decode_sample(celer_session *const *ss, const int32_t *tok, int n, const unsigned char *dev,
-                               const sample_params *sp, const double *u, int32_t *out) {
+int engine_batch_decode_queue(celer_session *const *ss, const int32_t *tok, int n, const unsigned char *dev,
+                              const sample_params *sp, const double *u, int slot) {
     if (n < 2) return err_set("batch: a device-sampled decode step needs 2 or more sessions (%d)", n);
     const celer_model *cm = ss[0]->cm;
     model *m = cm->m;
@@ -56,7 +56,7 @@ int engine_batch_decode_sample(celer_session *const *ss, const int32_t *tok, int
             return err_set("batch: session %d: context full: %d cached + 1 new token exceed the context size %d", i,
                            s->pos, s->ctx);
     }
-    if (engine_check_tokens(m, tok, n) != 0) return err_prefix("batch");
+    if (tok && engine_check_tokens(m, tok, n) != 0) return err_prefix("batch");
     fwd_seq *seqs = mem_alloc((size_t)n * sizeof *seqs, "batch");
     sample_params *p = mem_alloc((size_t)n * sizeof *p, "batch");
     int *start = mem_alloc((size_t)n * sizeof *start, "batch");
@@ -68,21 +68,15 @@ int engine_batch_decode_sample(celer_session *const *ss, const int32_t *tok, int
         /* a host row still gets a (greedy) device draw, unused: one launch for all rows */
         p[i] = dev[i] ? sp[i] : (sample_params){0.0f, 1, 1.0f, 0.0f};
     }
+    /* tok NULL: rows 0..n-1 of the scratch's token ids hold the inputs (drawn there) */
     if (rc == 0) rc = model_forward_batch(m, seqs, n, scr, tok, 0);
     for (int i = 0; i < n && rc == 0; i++) { /* fed: a failure from here on rewinds them */
         celer_session *s = ss[i];
-        s->tokens[s->pos++] = tok[i];
+        s->tokens[s->pos++] = tok ? tok[i] : -1; /* -1: the caller stores the token it reads back */
         s->has_logits = 0;
     }
-    if (rc == 0 && b->ops->sample_rows(b, scr->logits, V, n, p, u, scr->tok, 0) != 0)
+    if (rc == 0 && b->ops->sample_rows(b, scr->logits, V, n, p, u, scr->tok, slot) != 0)
         rc = err_set("batch: the device sampler refused a row's parameters");
-    if (rc == 0) rc = b->ops->sampled_rows(b, 0, out, n);
-    for (int i = 0; i < n && rc == 0; i++) {
-        if (dev[i]) continue;
-        model_logits_read(scr, i, 1, V, ss[i]->last);
-        ss[i]->has_logits = 1;
-    }
-    if (rc == 0 && b->ops->status(b) != 0) rc = -1;
     if (rc != 0 && start) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", err_msg());
@@ -94,6 +88,31 @@ int engine_batch_decode_sample(celer_session *const *ss, const int32_t *tok, int
     free(seqs);
     free(p);
     free(start);
+    return rc;
+}
+
+int engine_batch_decode_sample(celer_session *const *ss, const int32_t *tok, int n, const unsigned char *dev,
+                               const sample_params *sp, const double *u, int32_t *out) {
+    if (engine_batch_decode_queue(ss, tok, n, dev, sp, u, 0) != 0) return -1;
+    model *m = ss[0]->cm->m;
+    backend *b = m->be;
+    model_scratch *scr = ss[0]->scratch;
+    const int V = m->cfg.vocab;
+    int rc = b->ops->sampled_rows(b, 0, out, n);
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (dev[i]) continue;
+        model_logits_read(scr, i, 1, V, ss[i]->last);
+        ss[i]->has_logits = 1;
+    }
+    if (rc == 0 && b->ops->status(b) != 0) rc = -1;
+    if (rc != 0) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", err_msg());
+        for (int i = 0; i < n; i++)
+            if (ss[i]->pos > 0 && celer_session_rewind(ss[i], ss[i]->pos - 1) != 0)
+                snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " (session %d could not be rewound)", i);
+        err_set("%s", msg);
+    }
     return rc;
 }
 

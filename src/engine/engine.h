@@ -54,6 +54,15 @@ int engine_prepare_caches(celer_session *s, int T);
  * (-1 with a message; the caller's draws are not used then). */
 int engine_batch_decode_sample(celer_session *const *ss, const int32_t *tok, int n, const unsigned char *dev,
                                const sample_params *sp, const double *u, int32_t *out);
+/* The same step queued without waiting (the pipelined loop, engine/generate.c): tok
+ * NULL takes the inputs from rows 0..n-1 of ss[0]'s scratch token ids (where the last
+ * batched draw wrote them, moved to these rows by the caller), and every session then
+ * holds -1 at tokens[pos - 1] until the caller stores the token it reads; the draws go
+ * to result slot `slot` (< SAMPLE_SLOTS) and to those token ids. A host row's logits
+ * stay on the device (read them from ss[0]'s scratch row i once the slot has landed).
+ * -1 with a message, every session as before. */
+int engine_batch_decode_queue(celer_session *const *ss, const int32_t *tok, int n, const unsigned char *dev,
+                              const sample_params *sp, const double *u, int slot);
 /* -1 with a message naming the first id of tok [n] outside m's vocabulary and its
  * index; 0 when every id is in range. */
 int engine_check_tokens(const model *m, const int32_t *tok, int n);

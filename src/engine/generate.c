@@ -7,6 +7,8 @@
  *   PENDING   a token sampled and reported, not yet fed (the host loop)
  *   INFLIGHT  the device sampler is drawing token n_gen into result slot
  *             n_gen % SAMPLE_SLOTS; every reported token is fed (the pipelined loop)
+ *   ROW       the same in the batched pipeline: token n_gen is being drawn into row
+ *             `row` of result slot g->pslot (and of g->pscr's token ids)
  *   DONE      finished this step (its event text lives until the next step), then FREE
  *
  * One step (celer_gen_step):
@@ -14,12 +16,22 @@
  *     the token in flight and the device draw of the next one, then read the token in
  *     flight, then check it. A step queued past the end is undone: wait for it, give
  *     the sampler its draw back, rewind the session one token.
- *   - otherwise every INFLIGHT sequence lands (its token is read, reported, and fed by
- *     the next step as a PENDING one, on the host), and the host step runs: one
- *     celer_batch_eval feeds every PENDING token and prompt chunks under the budget;
- *     then each READY sequence is sampled on the host, or, when it is the only
- *     sequence and the device can sample it, starts the pipeline.
- * Both paths end a token through finish_token, so the finish rules are one piece of
+ *   - otherwise a lone INFLIGHT sequence lands (its token is read, reported, and fed
+ *     by a later step as a PENDING one). Then the batched pipeline (rows_step,
+ *     CELER_BATCH_PIPELINE): PENDING sequences the device can draw for join it (two
+ *     or more start it), their tokens uploaded into their rows; the rows that can go
+ *     on (room under max_tokens and the context, known before their tokens are read)
+ *     are moved to their new rows on the device and queued as one step with their
+ *     draws, then the tokens in flight are read and checked; a row that ended on its
+ *     token is undone as above (its speculative KV row goes with the rewind), one that
+ *     could not go on lands. When a pipeline starts, its first step is queued and
+ *     rows_step runs again at once, so the step reports a token for every row.
+ *   - then the host step for what is left, as its own forward after the queued one:
+ *     one celer_batch_eval feeds the other PENDING tokens (host-sampled rows) and
+ *     prompt chunks under the budget (the pipeline's rows count against it); then
+ *     each READY sequence is sampled on the host, or, when it is the only sequence
+ *     and the device can sample it, starts the lone pipeline.
+ * Every path ends a token through finish_token, so the finish rules are one piece of
  * code: stop token, then stop string, then max_tokens, then context full (the
  * session holds ctx tokens: the token cannot be fed). */
 #include <math.h>
@@ -34,7 +46,7 @@
 #include "engine/sample.h"
 #include "grammar/grammar.h"
 
-enum { SEQ_FREE = 0, SEQ_PREFILL, SEQ_READY, SEQ_PENDING, SEQ_INFLIGHT, SEQ_DONE };
+enum { SEQ_FREE = 0, SEQ_PREFILL, SEQ_READY, SEQ_PENDING, SEQ_INFLIGHT, SEQ_ROW, SEQ_DONE };
 
 typedef struct {
     int state;
@@ -50,7 +62,8 @@ typedef struct {
     int has_dev_tok;        /* READY: dev_tok was drawn on the device in a batched step (no host logits) */
     int32_t dev_tok;
     int host_only;          /* the device sampler refused its parameters */
-    sample_rng before;      /* INFLIGHT: the sampler's generator before the draw in flight */
+    sample_rng before;      /* INFLIGHT, ROW: the sampler's generator before the draw in flight */
+    int row;                /* ROW: its row in the step in flight */
     char *text;             /* [text_cap] this step's event text */
     size_t text_len, text_cap;
     float *masked;          /* [vocab] with a grammar: the logits with disallowed tokens at -inf (kept across uses) */
@@ -76,6 +89,13 @@ struct celer_gen {
     sample_params *bsp;
     double *bu;
     int32_t *btok, *bout;
+    /* the batched pipeline: the rows drawn in flight (pn 0: none) */
+    int pn;                 /* rows of the step in flight */
+    int pslot;              /* their result slot */
+    model_scratch *pscr;    /* whose token ids hold the drawn tokens (row r: row r's) */
+    int *prow;              /* [cap] the sequence of each row, -1 once cancelled */
+    int *pnext;             /* [cap] the next step's rows: row of the step in flight */
+    unsigned char *pmore;   /* [cap] row r is fed by the next step */
 };
 
 const char *celer_finish_name(int f) {
@@ -118,6 +138,22 @@ void celer_gen_cancel(celer_gen *g, int id) {
     gseq *q = g->seq[id];
     if (q->state == SEQ_FREE || q->state == SEQ_DONE) return;
     if (q->state == SEQ_INFLIGHT) undo_inflight(g, q);
+    if (q->state == SEQ_ROW) {
+        /* as undo_inflight: the draw in flight given back and the last reported token
+         * taken out of the session (the host loop would not have fed it yet); the
+         * other rows go on, and the slot is read once no row is left */
+        sample_device_undraw(q->smp, &q->before);
+        celer_session *s = q->p.session;
+        if (s->pos > 0) celer_session_rewind(s, s->pos - 1);
+        g->prow[q->row] = -1;
+        int left = 0;
+        for (int r = 0; r < g->pn; r++) left += g->prow[r] >= 0;
+        if (!left) {
+            backend *b = g->cm->m->be;
+            b->ops->sampled_rows(b, g->pslot, g->bout, g->pn);
+            g->pn = 0;
+        }
+    }
     seq_clear(q);
 }
 
@@ -143,6 +179,9 @@ void celer_gen_free(celer_gen *g) {
     free(g->bu);
     free(g->btok);
     free(g->bout);
+    free(g->prow);
+    free(g->pnext);
+    free(g->pmore);
     free(g);
 }
 
@@ -191,7 +230,14 @@ static int reserve(celer_gen *g) {
     if (btok) g->btok = btok;
     int32_t *bout = realloc(g->bout, n * sizeof *bout);
     if (bout) g->bout = bout;
-    if (!ev || !bs || !bt || !bn || !bi || !bw || !landed || !bdev || !bsp || !bu || !btok || !bout)
+    int *prow = realloc(g->prow, n * sizeof *prow);
+    if (prow) g->prow = prow;
+    int *pnext = realloc(g->pnext, n * sizeof *pnext);
+    if (pnext) g->pnext = pnext;
+    unsigned char *pmore = realloc(g->pmore, n * sizeof *pmore);
+    if (pmore) g->pmore = pmore;
+    if (!ev || !bs || !bt || !bn || !bi || !bw || !landed || !bdev || !bsp || !bu || !btok || !bout || !prow ||
+        !pnext || !pmore)
         return err_set("generator: out of memory");
     g->cap = g->n_seq;
     return 0;
@@ -382,6 +428,125 @@ static void land(celer_gen *g, gseq *q, celer_gen_event *e) {
     }
 }
 
+/* The batched pipelined step, run first in every step while the pipeline holds rows.
+ * Queues the step that feeds the tokens in flight of the rows that can go on (go_on),
+ * plus the PENDING sequences the device can draw for (joiners: their token, known on
+ * the host, is uploaded into their row), and draws everyone's next token; then reads
+ * the tokens in flight and reports them: a row fed by the new step that ended on its
+ * token is undone (its draw given back, its session rewound one token: the KV row the
+ * step writes no longer counts); the others stay ROWs in their new rows; a row not fed
+ * lands (finished, or PENDING for the host step). Fewer than two rows to queue: every
+ * row lands. Sequences reported here are marked landed (nothing more this step). */
+static void rows_step(celer_gen *g, int *n_ev, int go_on) {
+    backend *b = g->cm->m->be;
+    const int R = g->pn, S = g->pslot;
+    model_scratch *from = g->pscr;
+    /* the next step's rows: g->bi[j] the sequence, g->pnext[j] its row in flight (-1: a joiner) */
+    int n2 = 0;
+    for (int r = 0; r < R; r++) {
+        const int i = g->prow[r];
+        g->pmore[r] = 0;
+        if (i < 0) continue;
+        const gseq *q = g->seq[i];
+        const celer_session *s = q->p.session;
+        /* room to feed token k = n_gen and draw token k + 1 */
+        if (go_on && (q->p.max_tokens < 0 || q->n_gen + 1 < q->p.max_tokens) && s->pos + 1 <= s->ctx) {
+            g->pmore[r] = 1;
+            g->pnext[n2] = r;
+            g->bi[n2++] = i;
+        }
+    }
+    const int n_go = n2;
+    for (int i = 0; i < g->n_seq && go_on && n2 < SAMPLE_MAX_ROWS; i++) {
+        gseq *q = g->seq[i];
+        if (q->state == SEQ_PENDING && !g->landed[i] && device_ok(g, q, &g->bsp[n2])) {
+            g->pnext[n2] = -1;
+            g->bi[n2++] = i;
+        }
+    }
+    for (int j = 0; j < n2; j++) g->bs[j] = g->seq[g->bi[j]]->p.session;
+    model_scratch *to = n2 ? g->bs[0]->scratch : NULL;
+    int queued = 0;
+    if (n2 >= 2 && n2 <= to->max_T) {
+        /* the drawn tokens to their new rows (rows only move down: in order, each
+         * copy reads a row no earlier copy wrote), in stream order after the draw;
+         * a joiner's token from the host */
+        for (int j = 0; j < n2; j++) {
+            if (g->pnext[j] < 0) b->ops->upload(b, to->tok + j, &g->seq[g->bi[j]]->pending, sizeof(int32_t));
+            else if (to != from || g->pnext[j] != j)
+                b->ops->copy(b, to->tok + j, from->tok + g->pnext[j], sizeof(int32_t));
+        }
+        for (int j = 0; j < n2; j++) {
+            gseq *q = g->seq[g->bi[j]];
+            g->bdev[j] = 1;
+            sample_device_params(q->smp, &g->bsp[j]);
+            g->bu[j] = sample_device_draw(q->smp, &q->before);
+        }
+        queued = engine_batch_decode_queue(g->bs, NULL, n2, g->bdev, g->bsp, g->bu, (S + 1) % SAMPLE_SLOTS) == 0;
+        if (!queued) /* the draws back; the rows land, and the host step reports the error */
+            for (int j = 0; j < n2; j++) {
+                gseq *q = g->seq[g->bi[j]];
+                sample_device_undraw(q->smp, &q->before);
+            }
+    }
+    if (!queued)
+        for (int r = 0; r < R; r++) g->pmore[r] = 0;
+    for (int j = n_go; j < n2 && queued; j++) { /* the joiners are fed: ROWs from here on */
+        gseq *q = g->seq[g->bi[j]];
+        celer_session *s = q->p.session;
+        s->tokens[s->pos - 1] = q->pending;
+        q->state = SEQ_ROW;
+        q->dev_logits = 0;
+    }
+    const int rc = R ? b->ops->sampled_rows(b, S, g->bout, R) : 0;
+    for (int r = 0; r < R; r++) {
+        const int i = g->prow[r];
+        if (i < 0) continue;
+        gseq *q = g->seq[i];
+        celer_session *s = q->p.session;
+        celer_gen_event *e = &g->ev[(*n_ev)++];
+        event_init(q, i, e);
+        g->landed[i] = 1;
+        if (rc != 0) {
+            if (g->pmore[r]) {
+                sample_device_undraw(q->smp, &q->before);
+                celer_session_rewind(s, s->pos - 1);
+                g->pmore[r] = 0;
+            }
+            fail(q, e);
+            continue;
+        }
+        const int32_t t = g->bout[r];
+        if (g->pmore[r]) s->tokens[s->pos - 1] = t;
+        const int f = finish_token(q, t, s->pos - g->pmore[r], e);
+        if (f && g->pmore[r]) {
+            sample_device_undraw(q->smp, &q->before);
+            celer_session_rewind(s, s->pos - 1);
+            g->pmore[r] = 0;
+        } else if (!f && !g->pmore[r]) {
+            q->pending = t;
+            q->state = SEQ_PENDING;
+        }
+    }
+    /* the rows of the step now in flight: those that went on and did not end, and the joiners */
+    int n = 0;
+    for (int j = 0; j < n2 && queued; j++) {
+        const int r = g->pnext[j];
+        g->prow[j] = r < 0 || g->pmore[r] ? g->bi[j] : -1;
+        if (g->prow[j] >= 0) {
+            g->seq[g->prow[j]]->row = j;
+            n++;
+        }
+    }
+    g->pn = n ? n2 : 0;
+    if (queued) {
+        g->pslot = (S + 1) % SAMPLE_SLOTS;
+        g->pscr = to;
+    }
+    if (!n && queued) /* every row of the new step ended on its token: let it finish */
+        b->ops->sampled_rows(b, g->pslot, g->bout, n2);
+}
+
 /* ---------------------------------------------------------------- the host path */
 
 /* A grammar's pick: the logits masked (disallowed tokens at -inf; the stop tokens
@@ -459,9 +624,10 @@ static void host_sample(celer_gen *g, gseq *q, celer_gen_event *e) {
 
 /* A decode step of the n >= 2 PENDING sequences in the batch arrays, whose next
  * tokens are drawn on the device in one launch where their parameters allow (the
- * others' logits come to the host, as in the host step). 0 when the step did not
- * run (no backend sampler, no row for it, or a failure: every draw is taken back and
- * the host step runs instead, reporting any error). */
+ * others' logits come to the host, as in the host step); the unpipelined path
+ * (CELER_BATCH_PIPELINE=0, or rows the pipeline could not take). 0 when the step did not run (no backend sampler, no row
+ * for it, or a failure: every draw is taken back and the host step runs instead,
+ * reporting any error). */
 static int feed_device(celer_gen *g, int n) {
     const model *m = g->cm->m;
     if (!m->be->ops->sample_rows || n < 2 || n > SAMPLE_MAX_ROWS || !setting_flag(SET_CELER_DEVICE_SAMPLE)) return 0;
@@ -506,7 +672,7 @@ static void feed(celer_gen *g, int *n_ev) {
         g->bi[n++] = i;
         decode++;
     }
-    int left = g->budget ? g->budget - decode : 0;
+    int left = g->budget ? g->budget - decode - g->pn : 0; /* the pipeline's rows are decode tokens too */
     for (int i = 0; i < g->n_seq; i++) {
         gseq *q = g->seq[i];
         if (q->state != SEQ_PREFILL) continue;
@@ -566,13 +732,31 @@ int celer_gen_step(celer_gen *g, const celer_gen_event **events) {
         pipe_step(g, q, &g->ev[0]);
         return 1;
     }
-    /* the pipeline stops while several sequences run: land the tokens in flight */
+    memset(g->landed, 0, (size_t)g->n_seq);
+    /* the lone pipeline stops while other sequences run: land its token in flight */
     for (int i = 0; i < g->n_seq; i++) {
         gseq *q = g->seq[i];
-        g->landed[i] = q->state == SEQ_INFLIGHT;
-        if (!g->landed[i]) continue;
+        if (q->state != SEQ_INFLIGHT) continue;
+        g->landed[i] = 1;
         event_init(q, i, &g->ev[n_ev]);
         land(g, q, &g->ev[n_ev++]);
+    }
+    if (!g->pn && setting_flag(SET_CELER_BATCH_PIPELINE) && g->cm->m->be->ops->sample_rows &&
+        setting_flag(SET_CELER_DEVICE_SAMPLE)) {
+        /* two or more PENDING sequences the device can draw for start the batched
+         * pipeline: their step is queued, then the next one before its tokens are read */
+        rows_step(g, &n_ev, 1);
+    }
+    if (g->pn) {
+        /* the batched pipeline goes on whatever else runs: the host's part of the step
+         * (prompt chunks, rows sampled on the host) follows as its own forward */
+        rows_step(g, &n_ev, 1);
+        int others = 0;
+        for (int i = 0; i < g->n_seq; i++) {
+            const int st = g->seq[i]->state;
+            others += st != SEQ_FREE && st != SEQ_DONE && st != SEQ_ROW && !g->landed[i];
+        }
+        if (!others) return n_ev;
     }
     feed(g, &n_ev);
     for (int i = 0; i < g->n_seq; i++) {

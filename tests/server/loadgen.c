@@ -13,7 +13,10 @@
  * (the gap between two tokens of one stream as read) p50/p99/mean over every gap of
  * every request; and the decode rate while every stream decodes, CONCURRENCY / mean
  * gap. Tokens that arrive in one read share its time (their gaps read 0), as a
- * client sees them. -o json (default): one JSON line; -o md: a markdown table row
+ * client sees them. The JSON also gives the TTFT quantiles of the requests after the
+ * first CONCURRENCY (ttft_steady_*: the opening burst, every client's first request
+ * at once, left out: what a request meets once the server runs at this load) and the
+ * mean prompt length in tokens from the usage chunk (prompt_tokens_mean). -o json (default): one JSON line; -o md: a markdown table row
  * with its header. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -30,7 +33,9 @@ static int port, conc, total, max_tokens, words;
 static int next_req;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static double *ttft;             /* [total] */
-static int n_ttft, errors;
+static double *ttft_steady;      /* [total] of the requests past the first conc */
+static int n_ttft, n_steady, errors;
+static long prompt_tokens;
 static double *gaps;             /* every inter-token gap, seconds */
 static long n_gaps, cap_gaps;
 static long tokens_out;
@@ -68,7 +73,7 @@ static void one(int i) {
     if (!my_gaps) { perror("loadgen"); exit(1); }
     char buf[65536];
     size_t carry = 0;
-    int got = 0, status = 0, usage = -1;
+    int got = 0, status = 0, usage = -1, ptok = -1;
     for (;;) {
         ssize_t k = read(fd, buf + carry, sizeof buf - carry - 1);
         if (k <= 0) break;
@@ -82,6 +87,8 @@ static void one(int i) {
             *end = 0;
             const char *u = strstr(p, "\"completion_tokens\":");
             if (u) usage = atoi(u + strlen("\"completion_tokens\":"));
+            const char *pt = strstr(p, "\"prompt_tokens\":");
+            if (pt) ptok = atoi(pt + strlen("\"prompt_tokens\":"));
             if (strstr(p, "data: {") && strstr(p, "\"text\":")) {
                 if (!got) first = t;
                 else if (n_my < max_tokens) my_gaps[n_my++] = t - last;
@@ -97,7 +104,11 @@ static void one(int i) {
     close(fd);
     pthread_mutex_lock(&mu);
     if (status != 200 || !got || usage < 0) errors++; /* no 200, no token, or no usage chunk */
-    else ttft[n_ttft++] = first - t0;
+    else {
+        ttft[n_ttft++] = first - t0;
+        if (i >= conc) ttft_steady[n_steady++] = first - t0;
+        prompt_tokens += ptok > 0 ? ptok : 0;
+    }
     tokens_out += usage > 0 ? usage : 0;
     if (n_gaps + n_my > cap_gaps) {
         long c = (n_gaps + n_my) * 2;
@@ -192,6 +203,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     ttft = calloc((size_t)total, sizeof *ttft);
+    ttft_steady = calloc((size_t)total, sizeof *ttft_steady);
     pthread_t th[256];
     double t0 = now();
     for (int i = 0; i < conc; i++) pthread_create(&th[i], NULL, worker, NULL);
@@ -208,10 +220,14 @@ int main(int argc, char **argv) {
     } else {
         printf("{\"concurrency\":%d,\"requests\":%d,\"prompt_words\":%d,\"max_tokens\":%d,\"seconds\":%.3f,\"req_per_s\":%.3f,"
                "\"tokens\":%ld,\"out_tok_per_s\":%.1f,\"ttft_p50_ms\":%.1f,\"ttft_p99_ms\":%.1f,\"itl_p50_ms\":%.2f,\"itl_p99_ms\":%.2f,"
-               "\"itl_mean_ms\":%.2f,\"decode_tok_per_s\":%.1f,\"errors\":%d}\n",
-               conc, total, words, max_tokens, secs, total / secs, tokens_out, v[4], v[5], v[6], v[7], v[8], v[9], v[10], errors);
+               "\"itl_mean_ms\":%.2f,\"decode_tok_per_s\":%.1f,\"errors\":%d,\"ttft_steady_p50_ms\":%.1f,"
+               "\"ttft_steady_p99_ms\":%.1f,\"prompt_tokens_mean\":%.1f}\n",
+               conc, total, words, max_tokens, secs, total / secs, tokens_out, v[4], v[5], v[6], v[7], v[8], v[9], v[10], errors,
+               q(ttft_steady, n_steady, 0.5) * 1e3, q(ttft_steady, n_steady, 0.99) * 1e3,
+               n_ttft ? (double)prompt_tokens / n_ttft : 0);
     }
     free(ttft);
+    free(ttft_steady);
     free(gaps);
     return errors ? 1 : 0;
 }
