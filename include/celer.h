@@ -391,6 +391,7 @@ typedef struct {
     uint64_t cow_copies;      /* buffer copies (shared buffers, or the copying path) */
     uint64_t allocs;          /* cache buffers created plus memory commit steps */
     uint64_t held_bytes;      /* keys and values of the rows its caches hold now (float32) */
+    uint64_t cow_blocks;      /* pool blocks copied because a write touched a block shared with another cache */
 } celer_kv_stats;
 
 /* What this session's cache writes have done since it was created, and what its

@@ -119,6 +119,7 @@ void celer_session_kv_stats(const celer_session *s, celer_kv_stats *out) {
     out->copied_bytes = s->stats.copied_bytes;
     out->cow_copies = s->stats.cow_copies;
     out->allocs = s->stats.allocs;
+    out->cow_blocks = s->stats.cow_blocks;
     out->held_bytes = 0;
     for (int l = 0; l < s->cm->m->cfg.n_layers; l++) {
         const kv_cache *c = s->caches[l];
@@ -129,9 +130,9 @@ void celer_session_kv_stats(const celer_session *s, celer_kv_stats *out) {
 void celer_session_free(celer_session *s) {
     if (!s) return;
     if (setting_flag(SET_CELER_STATS))
-        fprintf(stderr, "kv: inplace_rows=%llu copied_bytes=%llu cow_copies=%llu\n",
+        fprintf(stderr, "kv: inplace_rows=%llu copied_bytes=%llu cow_copies=%llu cow_blocks=%llu\n",
                 (unsigned long long)s->stats.inplace_rows, (unsigned long long)s->stats.copied_bytes,
-                (unsigned long long)s->stats.cow_copies);
+                (unsigned long long)s->stats.cow_copies, (unsigned long long)s->stats.cow_blocks);
     if (s->caches)
         for (int l = 0; l < s->cm->m->cfg.n_layers; l++) kv_free(s->caches[l]);
     free(s->caches);
