@@ -230,14 +230,129 @@ static void snapshot_after_wrap(void) {
     CHECK(copied == 8 * ROW_BYTES, "copied %llu bytes, want the 8 rows", (unsigned long long)copied);
 }
 
+/* ---- paging --------------------------------------------------------------------- */
+
+/* Rows of a branch: positions >= from carry tag (values + tag * 1e6, exact in float). */
+static int append_tag(kv_cache *c, int32_t p0, int T, int tag) {
+    float *k = malloc(sizeof(float) * ROW * (size_t)T), *v = malloc(sizeof(float) * ROW * (size_t)T);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
+    rows(p0, T, k, v, pos);
+    for (int i = 0; i < T * ROW; i++) {
+        k[i] += (float)tag * 1e6f;
+        v[i] -= (float)tag * 1e6f;
+    }
+    int rc = kv_append(c, k, v, pos, T);
+    free(k);
+    free(v);
+    free(pos);
+    return rc;
+}
+
+/* Problems with a dense view holding positions [0, n): untagged below `from`, `tag` from there. */
+static int tagged_problems(const kv_cache *c, int n, int from, int tag) {
+    attn_kv a;
+    kv_view(c, &a);
+    int bad = a.n != n || !kv_sane(c);
+    for (int s = 0; s < a.n && s < n; s++) {
+        const long x = attn_kv_row(&a, s);
+        const float t = s >= from ? (float)tag * 1e6f : 0.0f;
+        bad += a.pos[x] != s;
+        for (int i = 0; i < ROW; i++)
+            if (((const float *)a.k)[x * a.row_stride + i] != (float)(1000 * s + i) + t ||
+                ((const float *)a.v)[x * a.row_stride + i] != -(float)(1000 * s + i) - t) {
+                bad++;
+                break;
+            }
+    }
+    return bad;
+}
+
+/* A 200-row prefix (3 full blocks and 8 rows) in a snapshot, two branches on it. The
+ * first continues in place (it claims the rows past the snapshot); the second gets a
+ * table holding the same blocks and copies only the partial block it writes (one
+ * cow_block of 8 rows); then it rewinds into the third block (a block the snapshot
+ * still holds, though the branch's table is its own) and must copy that one too.
+ * Blocks go back to the pool when the last holder goes. Returns problems. */
+static int prefix_branch_problems(kv_stats *s1, kv_stats *s2, int *shared_full, long *used_after) {
+    kv_pool *pool = kv_pool_new((size_t)64 << 20);
+    kv_cache *c = kv_dense_new(NKV, HD, 4000, 256);
+    c->pool = pool;
+    c->inplace = 1;
+    int bad = append(c, 0, 200) != 0;
+    kv_cache *snap = kv_share(c, 0, NULL);
+    kv_free(c);
+    kv_cache *b1 = kv_share(snap, 16, s1), *b2 = kv_share(snap, 16, s2);
+    b1->inplace = b2->inplace = 1;
+    for (int p = 200; p < 300; p++) bad += append_tag(b1, p, 1, 1) != 0;
+    for (int p = 200; p < 300; p++) bad += append_tag(b2, p, 1, 2) != 0;
+    *shared_full = 0;
+    for (int i = 0; i < 3; i++) *shared_full += b2->buf->table[i] == snap->buf->table[i];
+    bad += tagged_problems(snap, 200, 200, 0) + tagged_problems(b1, 300, 200, 1) + tagged_problems(b2, 300, 200, 2);
+    bad += kv_truncate(b2, 150) != 0;
+    for (int p = 150; p < 160; p++) bad += append_tag(b2, p, 1, 3) != 0;
+    bad += tagged_problems(snap, 200, 200, 0) + tagged_problems(b1, 300, 200, 1) + tagged_problems(b2, 160, 150, 3);
+    kv_free(b1);
+    kv_free(b2);
+    bad += tagged_problems(snap, 200, 200, 0);
+    kv_free(snap);
+    kv_pool_stats ps;
+    kv_pool_stats_get(pool, &ps);
+    *used_after = ps.used_blocks;
+    if (kv_pool_free(pool) != 0) bad++;
+    return bad;
+}
+
+static void prefix_blocks_shared(void) {
+    kv_stats s1 = {0}, s2 = {0};
+    int shared_full = 0;
+    long used = -1;
+    CHECK(prefix_branch_problems(&s1, &s2, &shared_full, &used) == 0, "a branch changed another's rows");
+    CHECK(s1.cow_blocks == 0 && s1.copied_bytes == 0, "the claiming branch copied %llu blocks (%llu bytes)",
+          (unsigned long long)s1.cow_blocks, (unsigned long long)s1.copied_bytes);
+    CHECK(shared_full == 3, "the second branch holds %d of the 3 full prefix blocks by reference, want 3", shared_full);
+    /* block 3 (rows 192..199) at the branch, block 2 (rows 128..149) after the rewind */
+    CHECK(s2.cow_blocks == 2 && s2.copied_bytes == (8 + 22) * ROW_BYTES,
+          "the second branch copied %llu blocks (%llu bytes), want 2 blocks of 8 and 22 rows",
+          (unsigned long long)s2.cow_blocks, (unsigned long long)s2.copied_bytes);
+    CHECK(used == 0, "%ld blocks still held after every cache was freed", used);
+}
+
+/* A pool's budget: a write that needs a block past it fails with a message and
+ * leaves the cache as it was; a freed cache's blocks serve the next one. */
+static void pool_budget(void) {
+    kv_cache *c = kv_dense_new(NKV, HD, 1000, 64), *d = kv_dense_new(NKV, HD, 1000, 64);
+    kv_pool *pool = kv_pool_new(3 * (2 * KV_BLOCK * ROW * sizeof(float) + KV_BLOCK * sizeof(int32_t)));
+    c->pool = d->pool = pool;
+    CHECK(append(c, 0, 3 * KV_BLOCK) == 0, "three blocks within the budget: %s", err_msg());
+    CHECK(append(c, 3 * KV_BLOCK, 1) != 0, "a fourth block past the budget");
+    CHECK_STR_HAS(err_msg(), "KV cache budget exhausted");
+    CHECK(view_problems(c, 0, 3 * KV_BLOCK - 1, 0) == 0, "the refused write changed the cache");
+    CHECK(append(d, 0, 1) != 0, "another cache past the budget");
+    kv_pool_stats ps;
+    kv_pool_stats_get(pool, &ps);
+    CHECK(ps.used_blocks == 3, "%ld blocks in use, want 3", ps.used_blocks);
+    kv_free(c);
+    CHECK(append(d, 0, 2 * KV_BLOCK) == 0 && view_problems(d, 0, 2 * KV_BLOCK - 1, 0) == 0, "blocks freed by one cache serve another");
+    kv_pool_stats_get(pool, &ps);
+    CHECK(ps.committed_blocks == 3, "%ld blocks committed, want the 3 recycled", ps.committed_blocks);
+    CHECK(kv_pool_free(pool) != 0, "a pool freed while a cache holds blocks");
+    kv_free(d);
+    CHECK(kv_pool_free(pool) == 0, "freeing the empty pool: %s", err_msg());
+}
+
 /* The sharing tests can fail: with the ownership rule off they must. */
 static void sharing_tests_can_fail(void) {
     uint64_t copied, cow, cb;
+    kv_stats s1 = {0}, s2 = {0};
+    int shared_full;
+    long used;
     kv_test_ignore_sharing(1);
     int a = warmup_snapshot_problems(&copied), b = wrapped_snapshot_problems(&cow, &cb);
+    int c = prefix_branch_problems(&s1, &s2, &shared_full, &used);
     kv_test_ignore_sharing(0);
     CHECK(a > 0, "snapshot_in_warmup passes even when shared writes go in place");
     CHECK(b > 0, "snapshot_after_wrap passes even when shared writes go in place");
+    CHECK(c > 0, "prefix_blocks_shared passes even when shared blocks are written in place");
 }
 
 /* Dense: a snapshot and the live cache share; the live cache appends past the
@@ -441,6 +556,8 @@ int main(void) {
     RUN(rotating_keep);
     RUN(snapshot_in_warmup);
     RUN(snapshot_after_wrap);
+    RUN(prefix_blocks_shared);
+    RUN(pool_budget);
     RUN(sharing_tests_can_fail);
     RUN(dense_snapshot_and_branch);
     RUN(branches_on_threads);
