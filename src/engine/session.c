@@ -200,8 +200,11 @@ int celer_session_pos(const celer_session *s) { return s->pos; }
 
 int celer_session_rewind(celer_session *s, int n) {
     if (n < 0 || n > s->pos) return err_set("rewind to %d: the session holds %d tokens", n, s->pos);
-    if (n == s->pos) return 0;
     int L = s->cm->m->cfg.n_layers;
+    if (n == s->pos) { /* blocks a failed write took past the rows go back to the pool */
+        for (int l = 0; l < L; l++) kv_trim(s->caches[l]);
+        return 0;
+    }
     for (int l = 0; l < L; l++)
         if (kv_can_truncate(s->caches[l], n) != 0) return err_prefix("rewind to %d: layer %d", n, l);
     for (int l = 0; l < L; l++)

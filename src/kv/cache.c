@@ -711,7 +711,10 @@ int kv_truncate(kv_cache *c, int32_t p) {
     if (kv_can_truncate(c, p) != 0) return -1;
     c->ready_T = 0;
     int nd = count_dead(c, INT32_MIN, p);
-    if (nd == 0) return 0;
+    if (nd == 0) {
+        if (c->buf && c->buf->table && atomic_load(&c->buf->refs) == 1) kv_trim(c);
+        return 0;
+    }
     int new_n = c->n - nd, holes_below = 0;
     for (int s = 0; s < new_n; s++) holes_below += dead(c, s, INT32_MIN, p);
     if (holes_below) {
@@ -722,7 +725,10 @@ int kv_truncate(kv_cache *c, int32_t p) {
     }
     c->n = new_n;
     c->claim = 0;
-    if (atomic_load(&c->buf->refs) == 1) atomic_store(&c->buf->hw, new_n);
+    if (atomic_load(&c->buf->refs) == 1) {
+        atomic_store(&c->buf->hw, new_n);
+        kv_trim(c); /* whole blocks past the view go back to the pool (a rewound slot frees its rows) */
+    }
     return 0;
 }
 

@@ -176,6 +176,14 @@ int kv_block_refs(const kv_pclass *c, int32_t id) { return atomic_load(&c->refs[
 
 void kv_pool_count_cow(kv_pool *p) { atomic_fetch_add_explicit(&p->cow_blocks, 1, memory_order_relaxed); }
 
+int kv_pool_set_budget(kv_pool *p, size_t budget_bytes) {
+    if (budget_bytes == 0) return err_set("kv pool: a budget of 0 bytes");
+    pthread_mutex_lock(&p->mu);
+    p->budget = budget_bytes;
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
 void kv_pool_stats_get(kv_pool *p, kv_pool_stats *out) {
     pthread_mutex_lock(&p->mu);
     out->budget_bytes = p->budget;

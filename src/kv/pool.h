@@ -78,6 +78,10 @@ int kv_block_refs(const kv_pclass *cls, int32_t id);
 /* Counts a block copied on write (kv/cache.c). */
 void kv_pool_count_cow(kv_pool *p);
 
+/* A new budget (> 0); classes keep the address space they reserved, so a budget
+ * above the first one reaches at most what they reserved (the default pool reserves
+ * the machine's physical memory). -1 on 0. */
+int kv_pool_set_budget(kv_pool *p, size_t budget_bytes);
 void kv_pool_stats_get(kv_pool *p, kv_pool_stats *out);
 /* Blocks of cls the budget still allows (free list and never used), for admission. */
 long kv_pool_free_blocks(kv_pool *p, const kv_pclass *cls);
