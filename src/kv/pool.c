@@ -97,10 +97,19 @@ kv_pclass *kv_pool_class(kv_pool *p, long row, int dtype) {
         size_t nb = p->budget / kv_block_bytes(c);
         if (nb > (size_t)INT32_MAX / KV_BLOCK) nb = (size_t)INT32_MAX / KV_BLOCK;
         if (nb < 1) nb = 1;
+        /* the whole budget's address space, or as much as the process may map (an
+         * RLIMIT_AS): halve until it fits */
+        for (; nb >= 1; nb /= 2) {
+            c->k = reserve(nb * kv_bytes_of(c));
+            c->v = c->k ? reserve(nb * kv_bytes_of(c)) : NULL;
+            c->pos = c->v ? reserve(nb * KV_BLOCK * sizeof(int32_t)) : NULL;
+            if (c->pos) break;
+            if (c->k) munmap(c->k, page_round(nb * kv_bytes_of(c)));
+            if (c->v) munmap(c->v, page_round(nb * kv_bytes_of(c)));
+            c->k = c->v = NULL;
+        }
+        if (nb < 1) nb = 1;
         c->max_blocks = (int)nb;
-        c->k = reserve(nb * kv_bytes_of(c));
-        c->v = reserve(nb * kv_bytes_of(c));
-        c->pos = reserve(nb * KV_BLOCK * sizeof(int32_t));
         /* bookkeeping: zero pages committed as they are touched */
         void *r = mmap(NULL, page_round(nb * sizeof(atomic_int)), PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
