@@ -381,7 +381,7 @@ int celer_generate_greedy(celer_session *s, const int32_t *prompt, int n_prompt,
  * is copied); the session keeps writing in place where no snapshot can see, and
  * copies a buffer first where one can. CELER_KV_INPLACE_WRITE=0 makes every write
  * copy (same results, bit for bit). CELER_STATS=1 prints one line per session on
- * stderr when it is freed: "kv: inplace_rows=N copied_bytes=N cow_copies=N". */
+ * stderr when it is freed: "kv: inplace_rows=N copied_bytes=N cow_copies=N cow_blocks=N". */
 typedef struct celer_snapshot celer_snapshot;
 typedef struct celer_prompt_cache celer_prompt_cache;
 
@@ -391,11 +391,30 @@ typedef struct {
     uint64_t cow_copies;      /* buffer copies (shared buffers, or the copying path) */
     uint64_t allocs;          /* cache buffers created plus memory commit steps */
     uint64_t held_bytes;      /* keys and values of the rows its caches hold now (float32) */
+    uint64_t cow_blocks;      /* pool blocks copied because a write touched a block shared with another cache */
 } celer_kv_stats;
 
 /* What this session's cache writes have done since it was created, and what its
  * caches hold now. */
 void celer_session_kv_stats(const celer_session *s, celer_kv_stats *out);
+
+/* The KV block pool: sessions whose caches live in host memory take their rows in
+ * blocks of block_rows tokens per layer from one process-wide pool with a byte
+ * budget (docs/kv-cache.md); device caches do not draw from it yet. */
+typedef struct {
+    uint64_t budget_bytes;    /* the most its blocks may take */
+    uint64_t used_bytes;      /* bytes of blocks some cache or snapshot holds */
+    int64_t used_blocks;      /* blocks some cache or snapshot holds */
+    int64_t committed_blocks; /* blocks whose memory is committed (in use or free for reuse) */
+    uint64_t cow_blocks;      /* blocks copied because a write touched a shared one */
+    int block_rows;           /* tokens per block */
+} celer_kv_pool_stats;
+void celer_kv_pool_get(celer_kv_pool_stats *out);
+/* Sets the pool's budget (bytes > 0). Lowering it under what is in use refuses new
+ * blocks until enough are released. -1 with a message when bytes is 0. */
+int celer_kv_pool_set_budget(uint64_t bytes);
+/* 1 when m's sessions keep their KV rows in the pool (host caches), 0 otherwise. */
+int celer_model_kv_paged(const celer_model *m);
 
 /* The session's state now (caches, tokens, last logits), sharing its buffers.
  * Valid after the session is freed. NULL on out of memory. */

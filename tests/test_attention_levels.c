@@ -3,7 +3,9 @@
  * reason printed) against a double-precision softmax(q k^T) v computed here: grouped
  * heads (1, 2, 4, 8 per KV group), head dims on and off the 16-wide tiles, key counts
  * off every tile multiple, cache rows in shuffled position order with gaps and future
- * positions, sliding window, softcap and sinks, 1 to 40 query tokens. */
+ * positions, sliding window, softcap and sinks, 1 to 40 query tokens; each case also
+ * through a paged view (attn_kv.blocks: the rows scattered over blocks of 64 in
+ * shuffled order, the unused blocks filled with NaN so a wrong lookup shows). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,27 +77,43 @@ static void run_case(const acase *c, int level) {
     }
     for (int t = 0; t < c->T; t++) qpos[t] = 2 * c->n - c->T - 5 + t;
     for (int h = 0; h < c->heads; h++) sinks[h] = (float)rnd();
-    attn_kv kv = {k, v, pos, c->n, row, KVT_F32};
+    attn_kv kv = {k, v, pos, c->n, row, KVT_F32, 0, NULL};
+    /* the paged copy: block b of the view is block blk[b] of a pool of nb + 3 blocks */
+    enum { BR = 64 };
+    int nb = (c->n + BR - 1) / BR, pool_blocks = nb + 3;
+    float *pk = malloc((size_t)pool_blocks * BR * row * 4), *pv = malloc((size_t)pool_blocks * BR * row * 4);
+    int32_t *ppos = malloc((size_t)pool_blocks * BR * 4), *blk = malloc((size_t)pool_blocks * 4);
+    for (long i = 0; i < (long)pool_blocks * BR * row; i++) pk[i] = pv[i] = NAN;
+    for (long i = 0; i < (long)pool_blocks * BR; i++) ppos[i] = 0; /* visible to every query: a stray read is a NaN */
+    for (int b = 0; b < pool_blocks; b++) blk[b] = pool_blocks - 1 - b;
+    for (int r = 0; r < c->n; r++) {
+        long x = (long)blk[r / BR] * BR + r % BR;
+        memcpy(pk + x * row, k + (long)r * row, (size_t)row * 4);
+        memcpy(pv + x * row, v + (long)r * row, (size_t)row * 4);
+        ppos[x] = pos[r];
+    }
+    attn_kv pkv = {pk, pv, ppos, c->n, row, KVT_F32, BR, blk};
     attn_params p = {c->heads, c->kv, c->hd, 1.0f / sqrtf((float)c->hd), c->window, c->softcap, c->sinks ? sinks : NULL};
     reference(c, q, qpos, &kv, &p, ref);
     static const char *const names[] = {"generic", "avx2", "avx512"};
     setting_override(SET_CELER_CPU, names[level]);
     backend *b = backend_cpu_new(2, 64);
     CHECK(b != NULL, "backend");
-    if (b) {
+    for (int paged = 0; b && paged < 2; paged++) {
         for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) out[i] = NAN;
-        b->ops->attention(b, q, qpos, c->T, &kv, &p, out);
+        b->ops->attention(b, q, qpos, c->T, paged ? &pkv : &kv, &p, out);
         double worst = 0;
         for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) {
             double e = fabs(out[i] - ref[i]);
             if (!(e <= worst)) worst = e;
         }
-        CHECK(worst < 2e-5, "%s: heads %d/%d hd %d T %d n %d window %d softcap %g sinks %d: max err %g", names[level],
-              c->heads, c->kv, c->hd, c->T, c->n, c->window, c->softcap, c->sinks, worst);
-        backend_free(b);
+        CHECK(worst < 2e-5, "%s%s: heads %d/%d hd %d T %d n %d window %d softcap %g sinks %d: max err %g", names[level],
+              paged ? " paged" : "", c->heads, c->kv, c->hd, c->T, c->n, c->window, c->softcap, c->sinks, worst);
     }
+    backend_free(b);
     setting_override(SET_CELER_CPU, NULL);
     free(k); free(v); free(q); free(out); free(ref); free(pos); free(qpos);
+    free(pk); free(pv); free(ppos); free(blk);
 }
 
 static const acase cases[] = {

@@ -47,10 +47,11 @@ static int view_problems(const kv_cache *c, int32_t lo, int32_t hi, int keep) {
     for (int32_t p = 0; p < keep && p < lo; p++) want++;
     if (a.n != want) bad++;
     for (int s = 0; s < a.n; s++) {
-        int32_t p = a.pos[s];
+        const long x = attn_kv_row(&a, s); /* through the block table */
+        int32_t p = a.pos[x];
         if (!((p >= lo && p <= hi) || p < keep)) bad++;
         for (int i = 0; i < ROW; i++)
-            if (((const float *)a.k)[s * a.row_stride + i] != (float)(1000 * p + i) || ((const float *)a.v)[s * a.row_stride + i] != -(float)(1000 * p + i)) {
+            if (((const float *)a.k)[x * a.row_stride + i] != (float)(1000 * p + i) || ((const float *)a.v)[x * a.row_stride + i] != -(float)(1000 * p + i)) {
                 bad++;
                 break;
             }
@@ -75,17 +76,18 @@ static void dense_chunks_and_growth(void) {
     }
     attn_kv a;
     kv_view(c, &a);
-    for (int s = 0; s < a.n; s++) CHECK(a.pos[s] == s, "dense slot %d holds position %d", s, a.pos[s]);
+    for (int s = 0; s < a.n; s++) CHECK(a.pos[attn_kv_row(&a, s)] == s, "dense slot %d holds position %d", s, a.pos[attn_kv_row(&a, s)]);
     CHECK(st.copied_bytes == 0 && st.cow_copies == 0, "growth copied %llu bytes", (unsigned long long)st.copied_bytes);
-    /* one buffer, then one commit per KV_STEP rows */
-    CHECK(st.allocs == 1 + (uint64_t)(p + KV_STEP - 1) / KV_STEP, "allocs %llu for %d rows", (unsigned long long)st.allocs, p);
+    /* one buffer (a block table), then one pool block per KV_BLOCK rows */
+    CHECK(st.allocs == 1 + (uint64_t)(p + KV_BLOCK - 1) / KV_BLOCK, "allocs %llu for %d rows", (unsigned long long)st.allocs, p);
     CHECK(append(c, p, 1000 - p + 1) != 0, "writing past the context limit should fail");
     CHECK_STR_HAS(err_msg(), "context full");
     CHECK(view_problems(c, 0, p - 1, 0) == 0, "a failed write changed the cache");
     kv_free(c);
 }
 
-/* The per-token path of an exclusively owned cache allocates and copies nothing. */
+/* The per-token path of an exclusively owned cache copies nothing and allocates
+ * only a pool block each KV_BLOCK rows. */
 static void dense_decode_allocates_nothing(void) {
     kv_stats st = {0};
     kv_cache *c = kv_dense_new(NKV, HD, 4096, 64);
@@ -94,7 +96,8 @@ static void dense_decode_allocates_nothing(void) {
     append(c, 0, 20);
     kv_stats before = st;
     for (int i = 0; i < 100; i++) append(c, 20 + i, 1);
-    CHECK(st.allocs == before.allocs, "100 decode steps made %llu allocations", (unsigned long long)(st.allocs - before.allocs));
+    CHECK(st.allocs == before.allocs + 1, "100 decode steps from 20 rows made %llu allocations, want 1 block",
+          (unsigned long long)(st.allocs - before.allocs));
     CHECK(st.copied_bytes == 0 && st.cow_copies == 0, "decode copied %llu bytes", (unsigned long long)st.copied_bytes);
     CHECK(st.inplace_rows == before.inplace_rows + 100, "inplace_rows %llu", (unsigned long long)st.inplace_rows);
     CHECK(view_problems(c, 0, 119, 0) == 0, "view");
@@ -227,14 +230,129 @@ static void snapshot_after_wrap(void) {
     CHECK(copied == 8 * ROW_BYTES, "copied %llu bytes, want the 8 rows", (unsigned long long)copied);
 }
 
+/* ---- paging --------------------------------------------------------------------- */
+
+/* Rows of a branch: positions >= from carry tag (values + tag * 1e6, exact in float). */
+static int append_tag(kv_cache *c, int32_t p0, int T, int tag) {
+    float *k = malloc(sizeof(float) * ROW * (size_t)T), *v = malloc(sizeof(float) * ROW * (size_t)T);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
+    rows(p0, T, k, v, pos);
+    for (int i = 0; i < T * ROW; i++) {
+        k[i] += (float)tag * 1e6f;
+        v[i] -= (float)tag * 1e6f;
+    }
+    int rc = kv_append(c, k, v, pos, T);
+    free(k);
+    free(v);
+    free(pos);
+    return rc;
+}
+
+/* Problems with a dense view holding positions [0, n): untagged below `from`, `tag` from there. */
+static int tagged_problems(const kv_cache *c, int n, int from, int tag) {
+    attn_kv a;
+    kv_view(c, &a);
+    int bad = a.n != n || !kv_sane(c);
+    for (int s = 0; s < a.n && s < n; s++) {
+        const long x = attn_kv_row(&a, s);
+        const float t = s >= from ? (float)tag * 1e6f : 0.0f;
+        bad += a.pos[x] != s;
+        for (int i = 0; i < ROW; i++)
+            if (((const float *)a.k)[x * a.row_stride + i] != (float)(1000 * s + i) + t ||
+                ((const float *)a.v)[x * a.row_stride + i] != -(float)(1000 * s + i) - t) {
+                bad++;
+                break;
+            }
+    }
+    return bad;
+}
+
+/* A 200-row prefix (3 full blocks and 8 rows) in a snapshot, two branches on it. The
+ * first continues in place (it claims the rows past the snapshot); the second gets a
+ * table holding the same blocks and copies only the partial block it writes (one
+ * cow_block of 8 rows); then it rewinds into the third block (a block the snapshot
+ * still holds, though the branch's table is its own) and must copy that one too.
+ * Blocks go back to the pool when the last holder goes. Returns problems. */
+static int prefix_branch_problems(kv_stats *s1, kv_stats *s2, int *shared_full, long *used_after) {
+    kv_pool *pool = kv_pool_new((size_t)64 << 20);
+    kv_cache *c = kv_dense_new(NKV, HD, 4000, 256);
+    c->pool = pool;
+    c->inplace = 1;
+    int bad = append(c, 0, 200) != 0;
+    kv_cache *snap = kv_share(c, 0, NULL);
+    kv_free(c);
+    kv_cache *b1 = kv_share(snap, 16, s1), *b2 = kv_share(snap, 16, s2);
+    b1->inplace = b2->inplace = 1;
+    for (int p = 200; p < 300; p++) bad += append_tag(b1, p, 1, 1) != 0;
+    for (int p = 200; p < 300; p++) bad += append_tag(b2, p, 1, 2) != 0;
+    *shared_full = 0;
+    for (int i = 0; i < 3; i++) *shared_full += b2->buf->table[i] == snap->buf->table[i];
+    bad += tagged_problems(snap, 200, 200, 0) + tagged_problems(b1, 300, 200, 1) + tagged_problems(b2, 300, 200, 2);
+    bad += kv_truncate(b2, 150) != 0;
+    for (int p = 150; p < 160; p++) bad += append_tag(b2, p, 1, 3) != 0;
+    bad += tagged_problems(snap, 200, 200, 0) + tagged_problems(b1, 300, 200, 1) + tagged_problems(b2, 160, 150, 3);
+    kv_free(b1);
+    kv_free(b2);
+    bad += tagged_problems(snap, 200, 200, 0);
+    kv_free(snap);
+    kv_pool_stats ps;
+    kv_pool_stats_get(pool, &ps);
+    *used_after = ps.used_blocks;
+    if (kv_pool_free(pool) != 0) bad++;
+    return bad;
+}
+
+static void prefix_blocks_shared(void) {
+    kv_stats s1 = {0}, s2 = {0};
+    int shared_full = 0;
+    long used = -1;
+    CHECK(prefix_branch_problems(&s1, &s2, &shared_full, &used) == 0, "a branch changed another's rows");
+    CHECK(s1.cow_blocks == 0 && s1.copied_bytes == 0, "the claiming branch copied %llu blocks (%llu bytes)",
+          (unsigned long long)s1.cow_blocks, (unsigned long long)s1.copied_bytes);
+    CHECK(shared_full == 3, "the second branch holds %d of the 3 full prefix blocks by reference, want 3", shared_full);
+    /* block 3 (rows 192..199) at the branch, block 2 (rows 128..149) after the rewind */
+    CHECK(s2.cow_blocks == 2 && s2.copied_bytes == (8 + 22) * ROW_BYTES,
+          "the second branch copied %llu blocks (%llu bytes), want 2 blocks of 8 and 22 rows",
+          (unsigned long long)s2.cow_blocks, (unsigned long long)s2.copied_bytes);
+    CHECK(used == 0, "%ld blocks still held after every cache was freed", used);
+}
+
+/* A pool's budget: a write that needs a block past it fails with a message and
+ * leaves the cache as it was; a freed cache's blocks serve the next one. */
+static void pool_budget(void) {
+    kv_cache *c = kv_dense_new(NKV, HD, 1000, 64), *d = kv_dense_new(NKV, HD, 1000, 64);
+    kv_pool *pool = kv_pool_new(3 * (2 * KV_BLOCK * ROW * sizeof(float) + KV_BLOCK * sizeof(int32_t)));
+    c->pool = d->pool = pool;
+    CHECK(append(c, 0, 3 * KV_BLOCK) == 0, "three blocks within the budget: %s", err_msg());
+    CHECK(append(c, 3 * KV_BLOCK, 1) != 0, "a fourth block past the budget");
+    CHECK_STR_HAS(err_msg(), "KV cache budget exhausted");
+    CHECK(view_problems(c, 0, 3 * KV_BLOCK - 1, 0) == 0, "the refused write changed the cache");
+    CHECK(append(d, 0, 1) != 0, "another cache past the budget");
+    kv_pool_stats ps;
+    kv_pool_stats_get(pool, &ps);
+    CHECK(ps.used_blocks == 3, "%ld blocks in use, want 3", ps.used_blocks);
+    kv_free(c);
+    CHECK(append(d, 0, 2 * KV_BLOCK) == 0 && view_problems(d, 0, 2 * KV_BLOCK - 1, 0) == 0, "blocks freed by one cache serve another");
+    kv_pool_stats_get(pool, &ps);
+    CHECK(ps.committed_blocks == 3, "%ld blocks committed, want the 3 recycled", ps.committed_blocks);
+    CHECK(kv_pool_free(pool) != 0, "a pool freed while a cache holds blocks");
+    kv_free(d);
+    CHECK(kv_pool_free(pool) == 0, "freeing the empty pool: %s", err_msg());
+}
+
 /* The sharing tests can fail: with the ownership rule off they must. */
 static void sharing_tests_can_fail(void) {
     uint64_t copied, cow, cb;
+    kv_stats s1 = {0}, s2 = {0};
+    int shared_full;
+    long used;
     kv_test_ignore_sharing(1);
     int a = warmup_snapshot_problems(&copied), b = wrapped_snapshot_problems(&cow, &cb);
+    int c = prefix_branch_problems(&s1, &s2, &shared_full, &used);
     kv_test_ignore_sharing(0);
     CHECK(a > 0, "snapshot_in_warmup passes even when shared writes go in place");
     CHECK(b > 0, "snapshot_after_wrap passes even when shared writes go in place");
+    CHECK(c > 0, "prefix_blocks_shared passes even when shared blocks are written in place");
 }
 
 /* Dense: a snapshot and the live cache share; the live cache appends past the
@@ -312,8 +430,15 @@ static int same_view(const kv_cache *a, const kv_cache *b) {
     attn_kv x, y;
     kv_view(a, &x);
     kv_view(b, &y);
-    size_t fb = sizeof(float) * ROW * (size_t)x.n;
-    return x.n == y.n && !memcmp(x.k, y.k, fb) && !memcmp(x.v, y.v, fb) && !memcmp(x.pos, y.pos, sizeof(int32_t) * (size_t)x.n);
+    if (x.n != y.n) return 0;
+    for (int s = 0; s < x.n; s++) { /* slot by slot, through the block tables */
+        const long i = attn_kv_row(&x, s), j = attn_kv_row(&y, s);
+        if (memcmp((const float *)x.k + i * x.row_stride, (const float *)y.k + j * y.row_stride, sizeof(float) * ROW) ||
+            memcmp((const float *)x.v + i * x.row_stride, (const float *)y.v + j * y.row_stride, sizeof(float) * ROW) ||
+            x.pos[i] != y.pos[j])
+            return 0;
+    }
+    return 1;
 }
 
 static void copying_path_same_slots(void) {
@@ -327,6 +452,8 @@ static void copying_path_same_slots(void) {
     srand(3);
     int32_t p = 0;
     int same = 1;
+    kv_pool_stats p0, p1;
+    kv_pool_stats_get(kv_pool_default(), &p0);
     for (int step = 0; step < 200; step++) {
         int T = 1 + rand() % 7;
         append(a, p, T);
@@ -339,8 +466,12 @@ static void copying_path_same_slots(void) {
     CHECK(same, "the copying path put different rows in different slots");
     CHECK(sc.cow_copies >= 398 && sc.copied_bytes > 0, "copying path: %llu copies", (unsigned long long)sc.cow_copies);
     CHECK(si.cow_copies == 0, "in-place path made %llu copies", (unsigned long long)si.cow_copies);
-    /* two buffers per cache, alternating, each committed in KV_STEP steps (~800 dense rows) */
-    CHECK(sc.allocs <= 16, "copying path allocated %llu times (the spare buffer should be recycled)", (unsigned long long)sc.allocs);
+    /* every copy takes blocks, but they come back to the pool and are reused: at
+     * most two copies' worth of blocks are ever committed (~800 dense rows) */
+    kv_pool_stats_get(kv_pool_default(), &p1);
+    CHECK(p1.committed_blocks - p0.committed_blocks <= 2 * (p1.used_blocks - p0.used_blocks) + 4,
+          "copying path committed %ld blocks to hold %ld (the pool should recycle them)",
+          p1.committed_blocks - p0.committed_blocks, p1.used_blocks - p0.used_blocks);
     kv_free(a);
     kv_free(b);
     kv_free(d);
@@ -388,7 +519,8 @@ static void trim_after_session_ends(void) {
     size_t before = kv_bytes(snap);
     kv_free(c);
     size_t freed = kv_trim(snap);
-    CHECK(before == (size_t)1024 * ROW_BYTES && freed == (size_t)768 * ROW_BYTES && kv_bytes(snap) == (size_t)256 * ROW_BYTES,
+    /* 900 rows took 15 blocks; the snapshot's 10 rows keep one */
+    CHECK(before == (size_t)960 * ROW_BYTES && freed == (size_t)896 * ROW_BYTES && kv_bytes(snap) == (size_t)64 * ROW_BYTES,
           "committed %zu bytes, released %zu, now %zu", before, freed, kv_bytes(snap));
     CHECK(view_problems(snap, 0, 9, 0) == 0, "trim changed the rows");
     kv_cache *b = kv_share(snap, 64, NULL);
@@ -401,10 +533,10 @@ static void sane_catches_corruption(void) {
     kv_cache *c = kv_rotating_new(NKV, HD, 8, 0, 1000, 4);
     for (int p = 0; p < 12; p++) append(c, p, 1);
     CHECK(kv_sane(c), "a sound cache: %s", err_msg());
-    int32_t keep = c->buf->pos[3];
-    c->buf->pos[3] = c->buf->pos[4];
+    int32_t keep = *kv_slot_pos(c, 3);
+    *kv_slot_pos(c, 3) = *kv_slot_pos(c, 4);
     CHECK(!kv_sane(c), "a duplicated position went unnoticed");
-    c->buf->pos[3] = keep;
+    *kv_slot_pos(c, 3) = keep;
     kv_cache *snap = kv_share(c, 0, NULL);
     atomic_store(&c->buf->hw, 2);
     CHECK(!kv_sane(c), "a view past the high-water mark went unnoticed");
@@ -424,6 +556,8 @@ int main(void) {
     RUN(rotating_keep);
     RUN(snapshot_in_warmup);
     RUN(snapshot_after_wrap);
+    RUN(prefix_blocks_shared);
+    RUN(pool_budget);
     RUN(sharing_tests_can_fail);
     RUN(dense_snapshot_and_branch);
     RUN(branches_on_threads);

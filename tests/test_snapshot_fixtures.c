@@ -174,7 +174,8 @@ static void check_cache_file(fx *f) {
     remove(path);
 }
 
-/* 100 decode steps into caches the session alone holds: nothing allocated or copied. */
+/* 100 decode steps into caches the session alone holds: nothing copied, and nothing
+ * allocated but one pool block per layer each KV_BLOCK rows. */
 static void check_decode_allocates_nothing(fx *f) {
     const fixture_ref *r = &f->r;
     celer_session *s = celer_session_new(f->m, r->prompt_len + 120, 64);
@@ -188,7 +189,9 @@ static void check_decode_allocates_nothing(fx *f) {
         CHECK(celer_session_eval(s, &t, 1, NULL, 0) == 0, "decode %d: %s", i, celer_last_error());
     }
     celer_session_kv_stats(s, &after);
-    CHECK(after.allocs == before.allocs && after.copied_bytes == before.copied_bytes && after.cow_copies == before.cow_copies,
+    const uint64_t blocks = (uint64_t)s->cm->m->cfg.n_layers * (100 / KV_BLOCK + 1);
+    CHECK(after.allocs - before.allocs <= blocks && after.copied_bytes == before.copied_bytes &&
+              after.cow_copies == before.cow_copies && after.cow_blocks == before.cow_blocks,
           "%s: 100 decode steps: %llu allocations, %llu bytes copied, %llu copies", f->name,
           (unsigned long long)(after.allocs - before.allocs), (unsigned long long)(after.copied_bytes - before.copied_bytes),
           (unsigned long long)(after.cow_copies - before.cow_copies));

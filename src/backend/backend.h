@@ -24,16 +24,26 @@ typedef struct {
 typedef enum { KVT_F32 = 0, KVT_BF16 = 1 } kv_dtype;
 static inline int kv_dtype_size(int dtype) { return dtype == KVT_BF16 ? 2 : 4; }
 
-/* What attention reads of one layer's cache: n rows, row r at k + r * row_stride
- * elements of the cache's dtype. */
+/* What attention reads of one layer's cache: n rows. Contiguous (blocks NULL): row r
+ * at k + r * row_stride elements of the cache's dtype, its position at pos[r]. Paged
+ * (blocks set, kv/pool.h): row r is row blocks[r / block_rows] * block_rows +
+ * r % block_rows of k, v and pos, which are then the bases of the block pool; the
+ * attention kernels' key tiles divide block_rows, so one lookup serves a tile. */
 typedef struct {
-    const void *k;       /* [n, n_kv, head_dim] rows, row_stride elements apart */
+    const void *k;       /* [n, n_kv, head_dim] rows, row_stride elements apart (paged: pool base) */
     const void *v;       /* same layout */
-    const int32_t *pos;  /* [n] absolute position of each row */
+    const int32_t *pos;  /* [n] absolute position of each row (paged: pool base) */
     int n;
     long row_stride;
     int dtype;           /* kv_dtype of k and v */
+    int block_rows;      /* paged: rows per block (KV_BLOCK); 0 when contiguous */
+    const int32_t *blocks; /* paged: [ceil(n / block_rows)] block ids; NULL when contiguous */
 } attn_kv;
+
+/* Index into k, v and pos of row r of a view (contiguous or paged). */
+static inline long attn_kv_row(const attn_kv *kv, int r) {
+    return kv->blocks ? (long)kv->blocks[r / kv->block_rows] * kv->block_rows + r % kv->block_rows : (long)r;
+}
 
 typedef struct {
     int n_heads, n_kv, head_dim;

@@ -2,12 +2,14 @@
  * with llama-server's flags and their LLAMA_ARG_* environment variables. It binds
  * first (so /health answers 503 while the model loads), then loads, then waits for
  * SIGTERM or SIGINT, on which it drains in-flight requests and exits 0. */
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "base/limits.h"
 #include "celer.h"
@@ -33,6 +35,10 @@ static const opt_spec opts[] = {
     {"--metrics", NULL, NULL, "serve GET /metrics (Prometheus text format)"},
     {"--no-cache-prompt", NULL, NULL, "do not reuse cached prompt prefixes"},
     {"--cache-ram", NULL, "MIB", "prompt cache budget in MiB (default 512)"},
+    {"--kv-budget", NULL, "BYTES|F", "memory of the KV block pool (every slot and the prompt cache): bytes with an "
+                                     "optional K, M, G suffix, or a fraction 0 < F <= 1 of the memory available now; "
+                                     "requests wait in the queue while it is full (default: physical memory; "
+                                     "host caches only, docs/kv-cache.md)"},
     {"--queue-size", NULL, "N", "requests waiting for a slot before 503 (default 64)"},
     {"--max-body", NULL, "BYTES", "request body limit, 413 above it (default 8388608)"},
     {"--max-prompt", NULL, "N", "prompt tokens a request may have, 400 above (default: the context less one)"},
@@ -54,6 +60,30 @@ static const opt_spec opts[] = {
     {"--verbose", "-v", NULL, "more in each request's log line: id, slot, finish reason, sampling, headers"},
     {"--quiet", NULL, NULL, "print nothing but errors (failed requests, fatal errors)"},
 };
+
+/* --kv-budget: bytes (K, M, G, T suffixes: powers of 1024) or a fraction in (0, 1]
+ * of the memory available now (vLLM's gpu-memory-utilization, for host memory). */
+static int parse_kv_budget(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v > 0) || v > 1e18) return -1;
+    if (!*end && v <= 1.0 && strchr(s, '.')) { /* a fraction: "0.5", "1.0" */
+        long pages = sysconf(_SC_AVPHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+        if (pages <= 0 || pg <= 0) return -1;
+        *out = (uint64_t)(v * (double)pages * (double)pg);
+        return *out ? 0 : -1;
+    }
+    double mul = 1;
+    if (*end) {
+        const char *units = "KMGT", *u = strchr(units, *end >= 'a' ? *end - 32 : *end);
+        if (!u || !*end || (end[1] && !(end[1] == 'i' && end[2] == 'B' && !end[3]) && !((end[1] == 'B') && !end[2]))) return -1;
+        for (const char *x = units; x <= u; x++) mul *= 1024;
+    }
+    if (v != (double)(uint64_t)v && mul == 1) return -1; /* fractional bytes */
+    *out = (uint64_t)(v * mul);
+    return *out ? 0 : -1;
+}
 
 /* llama-server's environment variables, used when the flag is absent. */
 static const struct {
@@ -161,6 +191,15 @@ int cmd_serve(int argc, char **argv) {
             return 2;
         }
     cfg.parse_special_in_content = args_get(&a, "--parse-special-in-content") != NULL;
+    const char *kvb = args_get(&a, "--kv-budget");
+    if (kvb) {
+        uint64_t bytes = 0;
+        if (parse_kv_budget(kvb, &bytes) != 0) {
+            args_usage_error(&a, "--kv-budget: '%s' is neither bytes (e.g. 512M, 8G) nor a fraction in (0, 1]", kvb);
+            return 2;
+        }
+        celer_kv_pool_set_budget(bytes);
+    }
 
     /* every thread inherits this mask; this one takes the signals with sigwait */
     sigset_t set;

@@ -120,6 +120,7 @@ void celer_session_kv_stats(const celer_session *s, celer_kv_stats *out) {
     out->copied_bytes = s->stats.copied_bytes;
     out->cow_copies = s->stats.cow_copies;
     out->allocs = s->stats.allocs;
+    out->cow_blocks = s->stats.cow_blocks;
     out->held_bytes = 0;
     for (int l = 0; l < s->cm->m->cfg.n_layers; l++) {
         const kv_cache *c = s->caches[l];
@@ -130,9 +131,9 @@ void celer_session_kv_stats(const celer_session *s, celer_kv_stats *out) {
 void celer_session_free(celer_session *s) {
     if (!s) return;
     if (setting_flag(SET_CELER_STATS))
-        fprintf(stderr, "kv: inplace_rows=%llu copied_bytes=%llu cow_copies=%llu\n",
+        fprintf(stderr, "kv: inplace_rows=%llu copied_bytes=%llu cow_copies=%llu cow_blocks=%llu\n",
                 (unsigned long long)s->stats.inplace_rows, (unsigned long long)s->stats.copied_bytes,
-                (unsigned long long)s->stats.cow_copies);
+                (unsigned long long)s->stats.cow_copies, (unsigned long long)s->stats.cow_blocks);
     if (s->caches)
         for (int l = 0; l < s->cm->m->cfg.n_layers; l++) kv_free(s->caches[l]);
     free(s->caches);
@@ -194,8 +195,11 @@ int celer_session_pos(const celer_session *s) { return s->pos; }
 
 int celer_session_rewind(celer_session *s, int n) {
     if (n < 0 || n > s->pos) return err_set("rewind to %d: the session holds %d tokens", n, s->pos);
-    if (n == s->pos) return 0;
     int L = s->cm->m->cfg.n_layers;
+    if (n == s->pos) { /* blocks a failed write took past the rows go back to the pool */
+        for (int l = 0; l < L; l++) kv_trim(s->caches[l]);
+        return 0;
+    }
     for (int l = 0; l < L; l++)
         if (kv_can_truncate(s->caches[l], n) != 0) return err_prefix("rewind to %d: layer %d", n, l);
     for (int l = 0; l < L; l++)

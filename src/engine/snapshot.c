@@ -162,7 +162,7 @@ static int write_snapshots(const celer_model *cm, const celer_snapshot *const *s
     st_out *ts = mem_calloc((size_t)(n ? n : 1) * (size_t)per, sizeof *ts, "cache file tensors");
     char *names = mem_calloc((size_t)(n ? n : 1) * (size_t)per, 32, "cache file names");
     char *text = NULL, *meta_text = NULL, tmp[4096];
-    float **held = mem_calloc((size_t)(n ? n : 1) * (size_t)L * 2, sizeof *held, "cache file rows");
+    void **held = mem_calloc((size_t)(n ? n : 1) * (size_t)L * 3, sizeof *held, "cache file rows");
     int n_held = 0;
     if (!ts || !names || !held) goto done;
     for (int e = 0; e < n; e++) {
@@ -189,14 +189,16 @@ static int write_snapshots(const celer_model *cm, const celer_snapshot *const *s
             const kv_cache *c = sn->caches[l];
             attn_kv view;
             kv_view(c, &view);
-            float *hk, *hv; /* a device cache's rows, copied to the host for writing */
-            if (kv_rows_to_host(c, &hk, &hv) != 0) goto done;
+            float *hk, *hv; /* the rows in slot order (gathered from blocks or the device) */
+            int32_t *hp;
+            if (kv_rows_to_host(c, &hk, &hv, &hp) != 0) goto done;
             if (hk) {
                 held[n_held++] = hk;
                 held[n_held++] = hv;
+                held[n_held++] = hp;
                 view.k = hk;
                 view.v = hv;
-                view.pos = c->buf->pos;
+                view.pos = hp;
             }
             static const float none_f[1];
             static const int32_t none_i[1];

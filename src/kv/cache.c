@@ -1,7 +1,10 @@
 /* kv/cache.c: per-layer KV caches (dense, rotating) over reference-counted row
  * buffers. A slot is written in place only by its buffer's sole holder, or past the
  * buffer's high-water mark by the holder that claimed it; any other write copies the
- * holder's view first (see the ownership rule in kv/cache.h).
+ * holder's view first (see the ownership rule in kv/cache.h). A host buffer is a
+ * block table over the pool (kv/pool.h): its copy shares the blocks by reference,
+ * and a block is copied only when a write touches it while another table holds it.
+ * A device buffer is still one contiguous allocation.
  *
  * Sections: counters; buffers (reserve, commit, copy); write planning; append;
  * truncate; inspection. */
@@ -17,9 +20,12 @@
 #include "base/err.h"
 #include "tensor/dtype.h"
 
+/* attention kernels read a tile of keys as one run of rows (backend attn_kv) */
+_Static_assert(KV_BLOCK % 64 == 0, "KV_BLOCK must be a multiple of the attention key tiles");
+
 /* ---- counters ----------------------------------------------------------------- */
 
-static _Atomic uint64_t g_inplace_rows, g_copied_bytes, g_cow_copies, g_allocs;
+static _Atomic uint64_t g_inplace_rows, g_copied_bytes, g_cow_copies, g_allocs, g_cow_blocks;
 static atomic_int g_ignore_sharing;
 
 static void count(kv_cache *c, uint64_t inplace_rows, uint64_t copied_bytes, uint64_t cow, uint64_t allocs) {
@@ -35,11 +41,18 @@ static void count(kv_cache *c, uint64_t inplace_rows, uint64_t copied_bytes, uin
     atomic_fetch_add_explicit(&g_allocs, allocs, memory_order_relaxed);
 }
 
+static void count_cow_block(kv_cache *c) {
+    if (c->stats) c->stats->cow_blocks++;
+    atomic_fetch_add_explicit(&g_cow_blocks, 1, memory_order_relaxed);
+    kv_pool_count_cow(c->buf->cls->pool);
+}
+
 void kv_stats_global(kv_stats *out) {
     out->inplace_rows = atomic_load(&g_inplace_rows);
     out->copied_bytes = atomic_load(&g_copied_bytes);
     out->cow_copies = atomic_load(&g_cow_copies);
     out->allocs = atomic_load(&g_allocs);
+    out->cow_blocks = atomic_load(&g_cow_blocks);
 }
 
 void kv_stats_add(kv_stats *into, const kv_stats *d) {
@@ -47,6 +60,7 @@ void kv_stats_add(kv_stats *into, const kv_stats *d) {
     into->copied_bytes += d->copied_bytes;
     into->cow_copies += d->cow_copies;
     into->allocs += d->allocs;
+    into->cow_blocks += d->cow_blocks;
 }
 
 void kv_test_ignore_sharing(int on) { atomic_store(&g_ignore_sharing, on); }
@@ -73,7 +87,39 @@ static void *reserve_range(size_t bytes) {
     return p == MAP_FAILED ? NULL : p;
 }
 
+/* Blocks of a paged buffer's table. */
+static int table_len(int reserve) { return (reserve + KV_BLOCK - 1) / KV_BLOCK; }
+
+/* Index of slot s in the buffer's k, v and pos (paged: into the pool class). */
+static long slot_index(const kv_buf *b, int s) {
+    return b->table ? (long)b->table[s / KV_BLOCK] * KV_BLOCK + s % KV_BLOCK : (long)s;
+}
+
+/* The position stored in slot s (host memory either way). */
+static int32_t *pos_at(const kv_buf *b, int s) { return (b->table ? b->cls->pos : b->pos) + slot_index(b, s); }
+
+int32_t *kv_slot_pos(kv_cache *c, int s) { return pos_at(c->buf, s); }
+
+static char *k_at(const kv_buf *b, int s) {
+    return (char *)(b->table ? b->cls->k : b->k) + rows_bytes(b, slot_index(b, s));
+}
+static char *v_at(const kv_buf *b, int s) {
+    return (char *)(b->table ? b->cls->v : b->v) + rows_bytes(b, slot_index(b, s));
+}
+
+/* Slots [s, s + n) of a paged buffer that lie in one block, from s. */
+static int run_len(const kv_buf *b, int s, int n) {
+    if (!b->table) return n;
+    int r = KV_BLOCK - s % KV_BLOCK;
+    return r < n ? r : n;
+}
+
 static void buf_unmap(kv_buf *b) {
+    if (b->table) {
+        for (int i = 0; i < atomic_load(&b->cap) / KV_BLOCK; i++) kv_block_drop(b->cls, b->table[i]);
+        free(b->table);
+        return;
+    }
     if (b->dev) {
         b->dev->ops->release(b->dev, b->k);
         b->dev->ops->release(b->dev, b->v);
@@ -91,62 +137,78 @@ static void buf_destroy(kv_buf *b) {
     free(b);
 }
 
-/* A buffer with address space for `reserve` rows, nothing committed, one holder
- * (device rows: allocated whole, see kv/cache.h). */
-static kv_buf *buf_new(backend *dev, long row, int dtype, int reserve) {
+/* A buffer for `reserve` rows with none committed and one holder: a host buffer is an
+ * empty block table over c's pool; device rows are allocated whole (see kv/cache.h). */
+static kv_buf *buf_new(kv_cache *c, int reserve) {
+    backend *dev = c->dev;
     kv_buf *b = calloc(1, sizeof *b);
     if (!b) { err_set("kv cache: out of memory creating a buffer"); return NULL; }
-    b->row = row;
-    b->dtype = dev ? dtype : KVT_F32;
+    b->row = c->row;
+    b->dtype = dev ? c->dtype : KVT_F32;
     b->reserve = reserve;
     b->dev = dev;
     atomic_init(&b->refs, 1);
     atomic_init(&b->hw, 0);
     atomic_init(&b->cap, 0);
     size_t fb = rows_bytes(b, reserve);
-    if (dev) {
-        b->k = dev->ops->alloc(dev, fb);
-        b->v = b->k ? dev->ops->alloc(dev, fb) : NULL;
-        b->dpos = b->v ? dev->ops->alloc(dev, (size_t)reserve * sizeof(int32_t)) : NULL;
-        if (!b->dpos) {
-            err_prefix("kv cache: %d rows of %ld %s values on %s", reserve, row, b->dtype == KVT_BF16 ? "bf16" : "f32",
-                       dev->ops->name);
-            buf_destroy(b);
+    if (!dev) {
+        b->cls = kv_pool_class(c->pool ? c->pool : kv_pool_default(), c->row, b->dtype);
+        b->table = b->cls ? calloc((size_t)table_len(reserve), sizeof(int32_t)) : NULL;
+        if (!b->table) {
+            if (b->cls) err_set("kv cache: out of memory for a block table of %d rows", reserve);
+            free(b);
             return NULL;
         }
-    } else {
-        b->k = reserve_range(fb);
-        b->v = reserve_range(fb);
+        return b;
+    }
+    b->k = dev->ops->alloc(dev, fb);
+    b->v = b->k ? dev->ops->alloc(dev, fb) : NULL;
+    b->dpos = b->v ? dev->ops->alloc(dev, (size_t)reserve * sizeof(int32_t)) : NULL;
+    if (!b->dpos) {
+        err_prefix("kv cache: %d rows of %ld %s values on %s", reserve, b->row, b->dtype == KVT_BF16 ? "bf16" : "f32",
+                   dev->ops->name);
+        buf_destroy(b);
+        return NULL;
     }
     b->pos = reserve_range((size_t)reserve * sizeof(int32_t));
-    if (!b->k || !b->v || !b->pos) {
-        err_set("kv cache: cannot reserve address space for %d rows of %ld floats", reserve, row);
+    if (!b->pos) {
+        err_set("kv cache: cannot reserve address space for %d rows of %ld floats", reserve, b->row);
         buf_destroy(b);
         return NULL;
     }
     return b;
 }
 
-/* Commits slots [0, top) of b (in KV_STEP steps, never past the reservation). */
+/* Commits slots [0, top) of b: a paged buffer takes blocks from the pool (one
+ * alloc each); a device buffer commits its host positions in KV_STEP steps. */
 static int buf_commit(kv_cache *c, kv_buf *b, int top) {
     int cap = atomic_load(&b->cap);
     if (top <= cap) return 0;
+    if (b->table) {
+        while (cap < top) {
+            int32_t id = kv_block_take(b->cls);
+            if (id < 0) return err_prefix("kv cache: %d rows", top);
+            b->table[cap / KV_BLOCK] = id;
+            cap += KV_BLOCK;
+            atomic_store(&b->cap, cap);
+            count(c, 0, 0, 0, 1);
+        }
+        return 0;
+    }
     int want = (top + KV_STEP - 1) / KV_STEP * KV_STEP;
     if (want > b->reserve) want = b->reserve;
-    size_t fb = rows_bytes(b, want);
-    if ((!b->dev && (mprotect(b->k, page_round(fb), PROT_READ | PROT_WRITE) != 0 ||
-                     mprotect(b->v, page_round(fb), PROT_READ | PROT_WRITE) != 0)) ||
-        mprotect(b->pos, page_round((size_t)want * sizeof(int32_t)), PROT_READ | PROT_WRITE) != 0)
+    if (mprotect(b->pos, page_round((size_t)want * sizeof(int32_t)), PROT_READ | PROT_WRITE) != 0)
         return err_set("kv cache: out of memory committing %d rows", want);
     atomic_store(&b->cap, want);
     count(c, 0, 0, 0, 1);
     return 0;
 }
 
-/* Drops one reference to b; the last holder frees it, or keeps it as c's spare. */
+/* Drops one reference to b; the last holder frees it, or keeps a device buffer as
+ * c's spare (host blocks go back to the pool, which recycles them). */
 static void buf_release(kv_cache *c, kv_buf *b) {
     if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
-    if (c && !c->spare) {
+    if (c && !c->spare && !b->table) {
         atomic_store(&b->refs, 1);
         atomic_store(&b->hw, 0);
         c->spare = b;
@@ -159,10 +221,10 @@ static void buf_release(kv_cache *c, kv_buf *b) {
 static int reserve_rows(const kv_cache *c, int top) {
     int r = c->kind == KV_DENSE ? c->max : c->window - 1 + c->max_T;
     if (c->kind == KV_ROTATING && r > c->max) r = c->max;
-    /* Device memory is not reserved and committed in steps (yet): a device buffer
-     * holds twice what is needed now, and outgrowing it moves the rows to one twice
-     * as large through the copy-on-write path, so memory follows use (a few moves
-     * over a whole context instead of the context allocated up front). */
+    /* Device memory is not paged yet: a device buffer holds twice what is needed
+     * now, and outgrowing it moves the rows to one twice as large through the
+     * copy-on-write path, so memory follows use (a few moves over a whole context
+     * instead of the context allocated up front). */
     if (c->dev) {
         long want = 2L * (top > KV_STEP ? top : KV_STEP);
         if (want < r) r = (int)want;
@@ -174,34 +236,95 @@ static int reserve_rows(const kv_cache *c, int top) {
 
 /* Slots [d, d + n) of dst <- slots [s, s + n) of src (same row width and memory). */
 static void copy_rows(kv_buf *dst, int d, const kv_buf *src, int s, int n) {
-    size_t fb = rows_bytes(dst, n);
-    size_t od = rows_bytes(dst, d), os = rows_bytes(src, s); /* byte offsets */
-    memmove(dst->pos + d, src->pos + s, (size_t)n * sizeof(int32_t));
     if (dst->dev) {
+        size_t fb = rows_bytes(dst, n);
+        size_t od = rows_bytes(dst, d), os = rows_bytes(src, s); /* byte offsets */
+        memmove(dst->pos + d, src->pos + s, (size_t)n * sizeof(int32_t));
         backend *b = dst->dev;
         b->ops->copy(b, (char *)dst->k + od, (const char *)src->k + os, fb);
         b->ops->copy(b, (char *)dst->v + od, (const char *)src->v + os, fb);
         b->ops->copy(b, dst->dpos + d, src->dpos + s, (size_t)n * sizeof(int32_t));
-    } else {
-        memmove((char *)dst->k + od, (const char *)src->k + os, fb);
-        memmove((char *)dst->v + od, (const char *)src->v + os, fb);
+        return;
+    }
+    while (n > 0) { /* in runs that stay inside one block of each */
+        int r = run_len(dst, d, n), r2 = run_len(src, s, r);
+        memmove(pos_at(dst, d), pos_at(src, s), (size_t)r2 * sizeof(int32_t));
+        memmove(k_at(dst, d), k_at(src, s), rows_bytes(dst, r2));
+        memmove(v_at(dst, d), v_at(src, s), rows_bytes(dst, r2));
+        d += r2, s += r2, n -= r2;
     }
 }
 
 /* Slots [s, s + n) of b <- rows k, v [n, row] (memory of b's kind) at positions pos [n] (host). */
 static void put_rows(kv_buf *b, int s, const float *k, const float *v, const int32_t *pos, int n) {
-    size_t fb = rows_bytes(b, n);
-    memcpy(b->pos + s, pos, (size_t)n * sizeof(int32_t));
     if (b->dev) {
+        memcpy(b->pos + s, pos, (size_t)n * sizeof(int32_t));
         b->dev->ops->put_rows(b->dev, b->k, b->v, b->dpos, b->row, s, k, v, pos, n, b->dtype);
-    } else {
-        memcpy((float *)b->k + (long)s * b->row, k, fb);
-        memcpy((float *)b->v + (long)s * b->row, v, fb);
+        return;
+    }
+    while (n > 0) {
+        int r = run_len(b, s, n);
+        memcpy(pos_at(b, s), pos, (size_t)r * sizeof(int32_t));
+        memcpy(k_at(b, s), k, rows_bytes(b, r));
+        memcpy(v_at(b, s), v, rows_bytes(b, r));
+        s += r, n -= r, pos += r;
+        k += (long)r * b->row;
+        v += (long)r * b->row;
     }
 }
 
+/* Rows of block i that c's view holds. */
+static int view_rows_in(const kv_cache *c, int i) {
+    int r = c->n - i * KV_BLOCK;
+    return r < 0 ? 0 : r > KV_BLOCK ? KV_BLOCK : r;
+}
+
+/* Makes block i of c's (paged, unshared) buffer one that no other table holds:
+ * copies the view's rows in it into a fresh block (copy-on-write at block
+ * granularity). A block past the view never needs it (its rows are nobody's). */
+static int own_block(kv_cache *c, int i) {
+    kv_buf *b = c->buf;
+    int32_t id = b->table[i];
+    if (kv_block_refs(b->cls, id) == 1 || atomic_load(&g_ignore_sharing)) return 0;
+    int32_t nid = kv_block_take(b->cls);
+    if (nid < 0) return err_prefix("kv cache: copying a shared block");
+    int rows = view_rows_in(c, i);
+    size_t kb = rows_bytes(b, rows), off = rows_bytes(b, (long)nid * KV_BLOCK), ooff = rows_bytes(b, (long)id * KV_BLOCK);
+    memcpy((char *)b->cls->k + off, (const char *)b->cls->k + ooff, kb);
+    memcpy((char *)b->cls->v + off, (const char *)b->cls->v + ooff, kb);
+    memcpy(b->cls->pos + (long)nid * KV_BLOCK, b->cls->pos + (long)id * KV_BLOCK, (size_t)rows * sizeof(int32_t));
+    b->table[i] = nid;
+    kv_block_drop(b->cls, id);
+    count(c, 0, (uint64_t)rows * row_bytes(c->row, b->dtype), 0, 1);
+    count_cow_block(c);
+    return 0;
+}
+
+/* 1 when every block holding slots [s0, s1) of c's buffer (that exists) has one holder. */
+static int blocks_exclusive(const kv_cache *c, int s0, int s1) {
+    const kv_buf *b = c->buf;
+    if (!b->table || s1 <= s0) return 1;
+    int cap = atomic_load(&b->cap);
+    for (int i = s0 / KV_BLOCK; i * KV_BLOCK < s1 && i * KV_BLOCK < cap; i++)
+        if (kv_block_refs(b->cls, b->table[i]) != 1 && !atomic_load(&g_ignore_sharing)) return 0;
+    return 1;
+}
+
+/* Owns (own_block) every block holding slots [s0, s1). */
+static int own_range(kv_cache *c, int s0, int s1) {
+    kv_buf *b = c->buf;
+    if (!b->table) return 0;
+    int cap = atomic_load(&b->cap);
+    for (int i = s0 / KV_BLOCK; i * KV_BLOCK < s1 && i * KV_BLOCK < cap; i++)
+        if (own_block(c, i) != 0) return -1;
+    return 0;
+}
+
 /* Copy-on-write: gives c a buffer it alone holds with its view's slots [0, n) in the
- * same order, room for `top` slots, and drops its reference to the old one. */
+ * same order, room for `top` slots, and drops its reference to the old one. A paged
+ * buffer's copy is a new table holding the same blocks (no row moves; a block is
+ * copied when a write touches it, own_block), except on the copying path
+ * (inplace 0), which copies every block of the view now. */
 static int cow(kv_cache *c, int top) {
     int reserve = reserve_rows(c, top);
     kv_buf *nb = NULL;
@@ -209,15 +332,35 @@ static int cow(kv_cache *c, int top) {
         nb = c->spare;
         c->spare = NULL;
     } else {
-        if (!(nb = buf_new(c->dev, c->row, c->dtype, reserve))) return -1;
+        if (!(nb = buf_new(c, reserve))) return -1;
         count(c, 0, 0, 0, 1);
     }
+    if (nb->table && c->buf && c->n > 0) {
+        const int nblk = table_len(c->n);
+        for (int i = 0; i < nblk; i++) {
+            nb->table[i] = c->buf->table[i];
+            kv_block_ref(nb->cls, nb->table[i]);
+        }
+        atomic_store(&nb->cap, nblk * KV_BLOCK);
+    }
     if (buf_commit(c, nb, top) != 0) {
-        if (!c->spare) c->spare = nb;
+        if (!c->spare && !nb->table) c->spare = nb;
         else buf_destroy(nb);
         return -1;
     }
-    if (c->buf && c->n > 0) {
+    if (nb->table) {
+        kv_buf *old = c->buf;
+        c->buf = nb; /* own_block works on c->buf */
+        int bad = 0;
+        if (!c->inplace)
+            for (int i = 0; i < table_len(c->n) && !bad; i++) bad = own_block(c, i);
+        c->buf = old;
+        if (bad) {
+            buf_destroy(nb);
+            return -1;
+        }
+        if (c->n > 0) count(c, 0, 0, 1, 0);
+    } else if (c->buf && c->n > 0) {
         copy_rows(nb, 0, c->buf, 0, c->n);
         count(c, 0, (uint64_t)c->n * row_bytes(c->row, c->buf ? c->buf->dtype : c->dtype), 1, 0);
     }
@@ -296,8 +439,17 @@ static int32_t drop_below(const kv_cache *c, int32_t p0) {
 /* Slot s holds a row that is dead: dropped (pos < lo, past the keep slots) or cut
  * (pos >= hi). */
 static int dead(const kv_cache *c, int s, int32_t lo, int32_t hi) {
-    int32_t p = c->buf->pos[s];
+    int32_t p = *pos_at(c->buf, s);
     return p >= hi || (s >= c->keep && p < lo);
+}
+
+/* Owns (own_block) every block of a paged buffer holding a dead slot below `below`:
+ * the slots a write or a compaction may fill. */
+static int own_dead(kv_cache *c, int32_t lo, int32_t hi, int below) {
+    if (!c->buf || !c->buf->table || (lo == INT32_MIN && hi == INT32_MAX)) return 0;
+    for (int s = 0; s < c->n && s < below; s++)
+        if (dead(c, s, lo, hi) && own_block(c, s / KV_BLOCK) != 0) return -1;
+    return 0;
 }
 
 /* Dead slots among [0, n). */
@@ -335,7 +487,7 @@ static int prepare(kv_cache *c, int32_t p0, int T, int *copied) {
     int nd = count_dead(c, drop_below(c, p0), INT32_MAX);
     int new_n = c->n + T - nd, top = new_n > c->n ? new_n : c->n;
     if (!c->buf) {
-        if (!(c->buf = buf_new(c->dev, c->row, c->dtype, reserve_rows(c, top)))) return -1;
+        if (!(c->buf = buf_new(c, reserve_rows(c, top)))) return -1;
         count(c, 0, 0, 0, 1);
         if (buf_commit(c, c->buf, top) != 0) {
             buf_release(NULL, c->buf);
@@ -344,10 +496,17 @@ static int prepare(kv_cache *c, int32_t p0, int T, int *copied) {
         }
         return 0;
     }
-    int in_place = c->inplace && top <= c->buf->reserve && (sole_holder(c) || (nd == 0 && claim(c, new_n)));
-    if (in_place) return buf_commit(c, c->buf, top);
-    *copied = c->n > 0;
-    return cow(c, top);
+    /* a claim past hw is taken only over blocks no other table holds: a shared
+     * buffer's table is never changed (its other holders read it) */
+    int in_place = c->inplace && top <= c->buf->reserve &&
+                   (sole_holder(c) || (nd == 0 && blocks_exclusive(c, c->n, new_n) && claim(c, new_n)));
+    if (in_place) {
+        if (buf_commit(c, c->buf, top) != 0) return -1;
+    } else {
+        *copied = c->n > 0;
+        if (cow(c, top) != 0) return -1;
+    }
+    return own_dead(c, drop_below(c, p0), INT32_MAX, c->n) == 0 ? own_range(c, c->n, top) : -1;
 }
 
 int kv_prepare(kv_cache *c, int32_t p0, int T) {
@@ -411,7 +570,7 @@ int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos,
     if (c->n != 0 || c->buf) return err_set("kv cache: set_rows on a cache that is not empty");
     if (n < 0) return err_set("kv cache: %d rows", n);
     if (n == 0) return 0;
-    if (!(c->buf = buf_new(c->dev, c->row, c->dtype, reserve_rows(c, n)))) return -1;
+    if (!(c->buf = buf_new(c, reserve_rows(c, n)))) return -1;
     count(c, 0, 0, 0, 1);
     if (buf_commit(c, c->buf, n) != 0) {
         buf_release(NULL, c->buf);
@@ -420,8 +579,14 @@ int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos,
     }
     kv_buf *b = c->buf;
     size_t fb = rows_bytes(b, n);
+    if (!b->dev) {
+        put_rows(b, 0, k, v, pos, n);
+        atomic_store(&b->hw, n);
+        c->n = n;
+        return 0;
+    }
     memcpy(b->pos, pos, (size_t)n * sizeof(int32_t));
-    if (b->dev && b->dtype == KVT_BF16) {
+    if (b->dtype == KVT_BF16) {
         /* rounded on the host as put_rows rounds on the device (nearest even) */
         size_t cnt = (size_t)n * (size_t)b->row;
         uint16_t *t = malloc(cnt ? 2 * cnt : 1);
@@ -432,13 +597,10 @@ int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos,
         b->dev->ops->upload(b->dev, b->v, t, fb);
         b->dev->ops->upload(b->dev, b->dpos, pos, (size_t)n * sizeof(int32_t));
         free(t);
-    } else if (b->dev) {
+    } else {
         b->dev->ops->upload(b->dev, b->k, k, fb);
         b->dev->ops->upload(b->dev, b->v, v, fb);
         b->dev->ops->upload(b->dev, b->dpos, pos, (size_t)n * sizeof(int32_t));
-    } else {
-        memcpy(b->k, k, fb);
-        memcpy(b->v, v, fb);
     }
     atomic_store(&c->buf->hw, n);
     c->n = n;
@@ -446,24 +608,46 @@ int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos,
 }
 
 void kv_view(const kv_cache *c, attn_kv *out) {
-    out->k = c->buf ? c->buf->k : NULL;
-    out->v = c->buf ? c->buf->v : NULL;
-    out->pos = c->buf ? (c->buf->dev ? c->buf->dpos : c->buf->pos) : NULL;
+    const kv_buf *b = c->buf;
+    memset(out, 0, sizeof *out);
     out->n = c->n;
     out->row_stride = c->row;
-    out->dtype = c->buf ? c->buf->dtype : c->dtype;
+    out->dtype = b ? b->dtype : c->dtype;
+    if (!b) return;
+    if (b->table) {
+        out->k = b->cls->k;
+        out->v = b->cls->v;
+        out->pos = b->cls->pos;
+        out->blocks = b->table;
+        out->block_rows = KV_BLOCK;
+        return;
+    }
+    out->k = b->k;
+    out->v = b->v;
+    out->pos = b->dev ? b->dpos : b->pos;
 }
 
-int kv_rows_to_host(const kv_cache *c, float **k, float **v) {
+int kv_rows_to_host(const kv_cache *c, float **k, float **v, int32_t **pos) {
     *k = *v = NULL;
-    if (!c->buf || !c->buf->dev) return 0;
+    *pos = NULL;
+    if (!c->buf) return 0;
     size_t cnt = (size_t)c->n * (size_t)c->row, fb = cnt * sizeof(float);
     *k = malloc(fb ? fb : 1);
     *v = malloc(fb ? fb : 1);
-    if (!*k || !*v) {
-        free(*k); free(*v);
+    *pos = malloc(c->n ? (size_t)c->n * sizeof(int32_t) : 1);
+    if (!*k || !*v || !*pos) {
+        free(*k); free(*v); free(*pos);
         *k = *v = NULL;
+        *pos = NULL;
         return err_set("kv cache: out of memory copying %zu bytes of rows to the host", 2 * fb);
+    }
+    for (int s = 0; s < c->n; s++) (*pos)[s] = *pos_at(c->buf, s);
+    if (!c->buf->dev) {
+        for (int s = 0; s < c->n; s++) {
+            memcpy(*k + (long)s * c->row, k_at(c->buf, s), (size_t)c->row * sizeof(float));
+            memcpy(*v + (long)s * c->row, v_at(c->buf, s), (size_t)c->row * sizeof(float));
+        }
+        return 0;
     }
     backend *d = c->buf->dev;
     if (c->buf->dtype == KVT_BF16) {
@@ -490,7 +674,7 @@ int kv_rows_to_host(const kv_cache *c, float **k, float **v) {
 void kv_pos_range(const kv_cache *c, int32_t *lo, int32_t *hi) {
     *lo = *hi = -1;
     for (int s = 0; s < c->n; s++) {
-        int32_t p = c->buf->pos[s];
+        int32_t p = *pos_at(c->buf, s);
         if (*lo < 0 || p < *lo) *lo = p;
         if (p > *hi) *hi = p;
     }
@@ -499,7 +683,10 @@ void kv_pos_range(const kv_cache *c, int32_t *lo, int32_t *hi) {
 /* Rows held with positions in [a, b). */
 static int count_in(const kv_cache *c, int32_t a, int32_t b) {
     int k = 0;
-    for (int s = 0; s < c->n; s++) k += c->buf->pos[s] >= a && c->buf->pos[s] < b;
+    for (int s = 0; s < c->n; s++) {
+        int32_t p = *pos_at(c->buf, s);
+        k += p >= a && p < b;
+    }
     return k;
 }
 
@@ -524,17 +711,24 @@ int kv_truncate(kv_cache *c, int32_t p) {
     if (kv_can_truncate(c, p) != 0) return -1;
     c->ready_T = 0;
     int nd = count_dead(c, INT32_MIN, p);
-    if (nd == 0) return 0;
+    if (nd == 0) {
+        if (c->buf && c->buf->table && atomic_load(&c->buf->refs) == 1) kv_trim(c);
+        return 0;
+    }
     int new_n = c->n - nd, holes_below = 0;
     for (int s = 0; s < new_n; s++) holes_below += dead(c, s, INT32_MIN, p);
     if (holes_below) {
         /* moving rows is a write into slots the view holds */
         if (!(c->inplace && sole_holder(c)) && cow(c, c->n) != 0) return -1;
+        if (own_dead(c, INT32_MIN, p, new_n) != 0) return -1;
         compact(c, INT32_MIN, p, new_n);
     }
     c->n = new_n;
     c->claim = 0;
-    if (atomic_load(&c->buf->refs) == 1) atomic_store(&c->buf->hw, new_n);
+    if (atomic_load(&c->buf->refs) == 1) {
+        atomic_store(&c->buf->hw, new_n);
+        kv_trim(c); /* whole blocks past the view go back to the pool (a rewound slot frees its rows) */
+    }
     return 0;
 }
 
@@ -542,9 +736,9 @@ int kv_adopt(kv_cache *c, kv_kind kind, int window, int keep, int max, int max_T
     if (c->n > max) return err_set("kv cache: %d rows do not fit a context of %d", c->n, max);
     if (kind == KV_DENSE && c->kind == KV_ROTATING)
         for (int s = 0; s < c->n; s++)
-            if (c->buf->pos[s] != s)
+            if (*pos_at(c->buf, s) != s)
                 return err_set("kv cache: a rotating cache (window %d) that has dropped or reordered rows "
-                               "cannot become a dense one (slot %d holds position %d)", c->window, s, c->buf->pos[s]);
+                               "cannot become a dense one (slot %d holds position %d)", c->window, s, *pos_at(c->buf, s));
     if (kind == KV_ROTATING && (window < 2 || keep < 0 || keep >= window - 1))
         return err_set("kv cache: bad rotating window %d, keep %d", window, keep);
     c->kind = kind;
@@ -558,36 +752,24 @@ int kv_adopt(kv_cache *c, kv_kind kind, int window, int keep, int max, int max_T
 
 size_t kv_trim(kv_cache *c) {
     kv_buf *b = c->buf;
-    if (!b || b->dev || atomic_load(&b->refs) != 1) return 0; /* device rows are allocated whole */
-    int cap = atomic_load(&b->cap), want = (c->n + KV_STEP - 1) / KV_STEP * KV_STEP;
-    if (want >= cap) return 0;
-    size_t fb_keep = page_round(rows_bytes(b, want));
-    size_t fb_cap = page_round(rows_bytes(b, cap));
-    size_t pb_keep = page_round((size_t)want * sizeof(int32_t)), pb_cap = page_round((size_t)cap * sizeof(int32_t));
-    /* madvise drops the pages, mprotect makes them unusable again until recommitted */
-    if (fb_cap > fb_keep) {
-        madvise((char *)b->k + fb_keep, fb_cap - fb_keep, MADV_DONTNEED);
-        madvise((char *)b->v + fb_keep, fb_cap - fb_keep, MADV_DONTNEED);
-        mprotect((char *)b->k + fb_keep, fb_cap - fb_keep, PROT_NONE);
-        mprotect((char *)b->v + fb_keep, fb_cap - fb_keep, PROT_NONE);
-    }
-    if (pb_cap > pb_keep) {
-        madvise((char *)b->pos + pb_keep, pb_cap - pb_keep, MADV_DONTNEED);
-        mprotect((char *)b->pos + pb_keep, pb_cap - pb_keep, PROT_NONE);
-    }
-    /* rows between want and the page boundary stay mapped; cap counts what is usable */
-    atomic_store(&b->cap, want);
+    if (!b || !b->table || atomic_load(&b->refs) != 1) return 0; /* device rows are allocated whole */
+    int cap = atomic_load(&b->cap), keep = table_len(c->n);
+    if (keep * KV_BLOCK >= cap) return 0;
+    /* the blocks past the view go back to the pool (another table may still hold
+     * one: then it stays with that table) */
+    for (int i = keep; i < cap / KV_BLOCK; i++) kv_block_drop(b->cls, b->table[i]);
+    atomic_store(&b->cap, keep * KV_BLOCK);
     atomic_store(&b->hw, c->n);
     c->claim = 0;
     c->ready_T = 0;
-    return (size_t)(cap - want) * row_bytes(c->row, c->buf ? c->buf->dtype : c->dtype);
+    return (size_t)(cap - keep * KV_BLOCK) * row_bytes(c->row, b->dtype);
 }
 
 /* ---- inspection --------------------------------------------------------------- */
 
 size_t kv_bytes(const kv_cache *c) {
     if (!c || !c->buf) return 0;
-    /* a device buffer is allocated whole (no commit in steps yet) */
+    /* a device buffer is allocated whole; a paged one holds cap / KV_BLOCK blocks */
     const int rows = c->buf->dev ? c->buf->reserve : atomic_load(&c->buf->cap);
     return (size_t)rows * row_bytes(c->row, c->buf ? c->buf->dtype : c->dtype);
 }
@@ -601,16 +783,21 @@ int kv_sane(const kv_cache *c) {
     const kv_buf *b = c->buf;
     int refs = atomic_load(&b->refs), hw = atomic_load(&b->hw), cap = atomic_load(&b->cap);
     if (refs < 1) return !err_set("kv cache: buffer has %d holders", refs);
-    if (c->n > cap || cap > b->reserve) return !err_set("kv cache: n %d, committed %d, reserved %d", c->n, cap, b->reserve);
+    if (c->n > cap || cap > (b->table ? table_len(b->reserve) * KV_BLOCK : b->reserve)) return !err_set("kv cache: n %d, committed %d, reserved %d", c->n, cap, b->reserve);
     if (c->n > hw) return !err_set("kv cache: view of %d slots passes the high-water mark %d", c->n, hw);
     if (c->claim && (c->claim < c->n || c->claim > hw))
         return !err_set("kv cache: claim %d outside [n %d, hw %d]", c->claim, c->n, hw);
     if (c->spare && (c->spare == c->buf || atomic_load(&c->spare->refs) != 1))
         return !err_set("kv cache: spare buffer is shared");
+    if (b->table)
+        for (int i = 0; i < cap / KV_BLOCK; i++)
+            if (b->table[i] < 0 || b->table[i] >= b->cls->max_blocks || kv_block_refs(b->cls, b->table[i]) < 1)
+                return !err_set("kv cache: block %d of the table is %d, with %d holders", i, b->table[i],
+                                b->table[i] < 0 || b->table[i] >= b->cls->max_blocks ? 0 : kv_block_refs(b->cls, b->table[i]));
     if (c->kind == KV_DENSE) {
         for (int s = 1; s < c->n; s++)
-            if (b->pos[s] <= b->pos[s - 1])
-                return !err_set("kv cache: dense slot %d at position %d after %d", s, b->pos[s], b->pos[s - 1]);
+            if (*pos_at(b, s) <= *pos_at(b, s - 1))
+                return !err_set("kv cache: dense slot %d at position %d after %d", s, *pos_at(b, s), *pos_at(b, s - 1));
         return 1;
     }
     int32_t lo, hi;
@@ -621,8 +808,8 @@ int kv_sane(const kv_cache *c) {
     if (!seen) return !err_set("kv cache: out of memory checking");
     int ok = 1;
     for (int s = 0; s < c->n && ok; s++) {
-        size_t i = (size_t)(b->pos[s] - lo);
-        if (seen[i]) ok = !err_set("kv cache: position %d held twice", b->pos[s]);
+        size_t i = (size_t)(*pos_at(b, s) - lo);
+        if (seen[i]) ok = !err_set("kv cache: position %d held twice", *pos_at(b, s));
         seen[i] = 1;
     }
     free(seen);

@@ -14,16 +14,19 @@
  *     claimed them (an atomic compare-and-swap of hw from its own n): appending past
  *     every snapshot's rows cannot change what any snapshot sees.
  *   - Otherwise the write first copies the cache's own view into a buffer it alone
- *     holds (copy-on-write), keeping slot order, then writes in place there. The
- *     view must stay one contiguous run of rows (backend attn_kv), so the buffer is
- *     the smallest unit a copy can take.
+ *     holds (copy-on-write), keeping slot order, then writes in place there. A host
+ *     buffer is a block table over the pool (kv/pool.h), so that copy is a new table
+ *     holding the same blocks, and a block is copied only when the write touches it
+ *     while another table still holds it (counted in cow_blocks): a block with more
+ *     than one holder is never written.
  *   - With inplace == 0 (CELER_KV_INPLACE_WRITE=0) every write takes the copy path.
  *     Both paths produce the same slots in the same order, so attention sums in
  *     the same order and results are bit-identical.
  *
- * Buffers reserve address space for every row they may ever hold and commit it in
- * KV_STEP-row steps, so growth never moves rows and pointers stay valid for other
- * holders. A cache whose `dev` names a device backend keeps its rows in that
+ * Host buffers take blocks of KV_BLOCK rows from the pool as rows arrive, so growth
+ * never moves rows and pointers stay valid for other holders; a rotating cache's
+ * window lives in its blocks and is overwritten slot by slot. A cache whose `dev`
+ * names a device backend keeps its rows in that
  * device's memory and the positions on the host with a device mirror. Device memory
  * cannot be reserved and committed in steps yet (docs/cuda-backend.md), so a device
  * buffer is allocated at twice the rows needed and a write that outgrows it takes the
@@ -37,6 +40,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "kv/pool.h"
 
 #define KV_STEP 256
 
@@ -48,10 +52,13 @@ typedef struct {
     uint64_t inplace_rows;   /* new rows written into a buffer without copying it first */
     uint64_t copied_bytes;   /* bytes of existing rows copied or moved (not the new rows) */
     uint64_t cow_copies;     /* buffer copies (sharing or the copying path) */
-    uint64_t allocs;         /* buffers created plus commit steps (memory acquired) */
+    uint64_t allocs;         /* buffers created plus commit steps or pool blocks taken (memory acquired) */
+    uint64_t cow_blocks;     /* pool blocks copied because a write touched a block another table holds */
 } kv_stats;
 
-/* A row buffer shared by reference. Slots past cap are reserved, not usable. */
+/* A row buffer shared by reference. Slots past cap are reserved, not usable. A host
+ * buffer is paged: slot s lives in block table[s / KV_BLOCK] of the pool class cls
+ * (k, v, pos unused); a device buffer is contiguous. */
 typedef struct {
     atomic_int refs;         /* holders */
     atomic_int hw;           /* slots [0, hw) may be visible to some holder */
@@ -64,6 +71,8 @@ typedef struct {
     int32_t *pos;            /* [reserve] absolute position of each slot's row (host) */
     backend *dev;            /* NULL: k and v are host memory; else that device's memory */
     int32_t *dpos;           /* dev: [reserve] device mirror of pos, what attention reads */
+    kv_pclass *cls;          /* paged: the pool class holding the rows; NULL: contiguous */
+    int32_t *table;          /* paged: [ceil(reserve / KV_BLOCK)] block ids, the first cap / KV_BLOCK held */
 } kv_buf;
 
 typedef struct {
@@ -85,6 +94,7 @@ typedef struct {
     kv_buf *spare;   /* a buffer this cache alone holds, recycled by the copy path */
     kv_stats *stats; /* borrowed; may be NULL */
     backend *dev;    /* borrowed: a device backend whose memory holds the rows, or NULL */
+    kv_pool *pool;   /* borrowed: the pool host rows come from (NULL: kv_pool_default()) */
 } kv_cache;
 
 /* A dense cache for up to max rows (positions absolute, rows in write order). Takes
@@ -123,10 +133,13 @@ int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos,
 /* What attention reads: slots [0, n) and their positions, in place (device
  * pointers for a device cache). */
 void kv_view(const kv_cache *c, attn_kv *out);
-/* Host float32 copies of the view's keys and values ([n, n_kv, head_dim] each,
- * caller frees both; bf16 rows widened exactly) for a device cache; *k = *v = NULL for a host cache (read kv_view instead).
- * -1 on out of memory. */
-int kv_rows_to_host(const kv_cache *c, float **k, float **v);
+/* Host float32 copies of the view's keys, values and positions in slot order
+ * ([n, n_kv, head_dim], [n, n_kv, head_dim], [n]; caller frees all three; bf16 rows
+ * widened exactly), gathered from blocks or downloaded from the device. All NULL
+ * when the cache has no buffer. -1 on out of memory. */
+int kv_rows_to_host(const kv_cache *c, float **k, float **v, int32_t **pos);
+/* The position slot s holds (a test hook for breaking invariants). */
+int32_t *kv_slot_pos(kv_cache *c, int s);
 
 /* 0 when the cache can go back to holding positions [0, p) exactly as if only
  * those had been written (the rows a query at p needs are all still here); -1 with
@@ -142,7 +155,7 @@ int kv_truncate(kv_cache *c, int32_t p);
  * from 0 in order. -1 with a message otherwise (c unchanged). */
 int kv_adopt(kv_cache *c, kv_kind kind, int window, int keep, int max, int max_T);
 
-/* Gives back the memory committed past c's rows (in KV_STEP steps) when c is its
+/* Gives back the blocks past c's rows to the pool when c is its
  * buffer's sole holder: a snapshot that outlived the session that grew its buffer
  * keeps only what it sees. Returns the bytes released (0 when shared or tight). */
 size_t kv_trim(kv_cache *c);

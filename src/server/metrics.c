@@ -147,6 +147,14 @@ char *srv_metrics_render(srv_metrics *m, const srv_sched_stats *st) {
     put(&b, "celer_prompt_cache_bytes", "gauge", "bytes the prompt cache accounts for", NULL,
         st ? (double)st->cache_bytes : 0);
     put(&b, "celer_prompt_cache_entries", "gauge", "entries in the prompt cache", NULL, st ? st->cache_entries : 0);
+    celer_kv_pool_stats ps; /* the block pool host caches draw from (docs/kv-cache.md) */
+    celer_kv_pool_get(&ps);
+    put(&b, "celer_kv_pool_blocks_used", "gauge", "KV pool blocks held by slots, snapshots and the prompt cache", NULL,
+        (double)ps.used_blocks);
+    put(&b, "celer_kv_pool_bytes_used", "gauge", "bytes of the KV pool blocks in use", NULL, (double)ps.used_bytes);
+    put(&b, "celer_kv_pool_bytes_budget", "gauge", "the KV pool's budget (--kv-budget)", NULL, (double)ps.budget_bytes);
+    put(&b, "celer_kv_pool_cow_blocks_total", "counter", "KV blocks copied because a write touched a shared one", NULL,
+        (double)ps.cow_blocks);
     /* llama-server's names for the same figures, so dashboards built for it work */
     put(&b, "llamacpp:prompt_tokens_total", "counter", "= celer_prompt_tokens_total", NULL, (double)m->prompt_tokens);
     put(&b, "llamacpp:tokens_predicted_total", "counter", "= celer_completion_tokens_total", NULL, (double)m->gen_tokens);

@@ -38,6 +38,7 @@ typedef struct {
     struct srv_sched *sched;
     int n_gen;
     double t_last;            /* when the last token was sampled */
+    uint64_t kv_need;         /* KV bytes its sequence may come to hold (admission by blocks) */
 } slot;
 
 struct srv_sched {
@@ -347,6 +348,43 @@ static void update_stats(srv_sched *S) {
     pthread_mutex_unlock(&S->mu);
 }
 
+/* ---- admission by KV blocks ---- */
+
+/* Bytes of pool blocks one sequence of r may come to hold: its prompt and max_tokens
+ * (the context at most), plus a block and a prefill chunk of rows per layer (block
+ * rounding, a copied shared block, the rows a rotating cache holds while a chunk
+ * crosses its window). */
+static uint64_t seq_kv_need(const srv_sched *S, const srv_request *r) {
+    int ctx = S->cfg.ctx_size > 0 ? S->cfg.ctx_size : S->info.max_context;
+    long L = (long)r->n_prompt + r->max_tokens;
+    if (L > ctx || r->max_tokens <= 0) L = ctx;
+    celer_kv_pool_stats ps;
+    celer_kv_pool_get(&ps);
+    const uint64_t row = celer_model_kv_bytes(S->m, 1) + 4u * (uint64_t)S->info.n_layers; /* keys, values, position */
+    return celer_model_kv_bytes(S->m, (int)L) + (uint64_t)(ps.block_rows + S->cfg.batch_size) * row;
+}
+
+/* 1 when the pool can hold job j's sequences on top of what the running ones may
+ * still grow by; a job is admitted regardless when nothing runs (the prompt cache
+ * may hold the rest, and a sequence that cannot grow fails with a clear error). */
+static int kv_room(const srv_sched *S, const srv_job *j) {
+    if (!celer_model_kv_paged(S->m)) return 1; /* device caches: not from the pool yet */
+    uint64_t need = (uint64_t)j->req->n * seq_kv_need(S, j->req), owed = 0;
+    int busy = 0;
+    for (int i = 0; i < S->n_slots; i++) {
+        const slot *sl = &S->slots[i];
+        if (sl->state == SLOT_FREE) continue;
+        busy = 1;
+        uint64_t held = celer_model_kv_bytes(S->m, celer_session_pos(sl->s));
+        if (sl->kv_need > held) owed += sl->kv_need - held;
+    }
+    if (!busy) return 1;
+    celer_kv_pool_stats ps;
+    celer_kv_pool_get(&ps);
+    uint64_t left = ps.budget_bytes > ps.used_bytes ? ps.budget_bytes - ps.used_bytes : 0;
+    return left >= owed && left - owed >= need;
+}
+
 static int job_cancelled(srv_job *j) {
     pthread_mutex_lock(&j->mu);
     int c = j->cancelled || j->done;
@@ -367,7 +405,7 @@ static int admit(srv_sched *S) {
     while (S->q_len) {
         srv_job *j = S->queue[S->q_head];
         int gone = job_cancelled(j);
-        if (!gone && j->req->n > free_slots(S)) break;
+        if (!gone && (j->req->n > free_slots(S) || !kv_room(S, j))) break; /* waits in the queue */
         S->q_head = (S->q_head + 1) % S->q_ring;
         S->q_len--;
         if (!gone) {
@@ -381,6 +419,7 @@ static int admit(srv_sched *S) {
                 sl->job = j;
                 sl->choice = c++;
                 sl->leader = leader;
+                sl->kv_need = seq_kv_need(S, j->req);
                 srv_job_ref(j);
             }
         }

@@ -296,7 +296,7 @@ static void check_attention_t(int T, int n, int hd, int nh, int nkv, int window,
     CK(cudaMalloc((void **)&dout, (size_t)T * nh * hd * 4));
     CK(cudaMalloc((void **)&work, cuk_attention_work(T, nh, hd, n) * 4));
     if (sinks) p.sinks = dsk;
-    attn_kv kv = {dk, dv, dkp, n, row, bf16 ? KVT_BF16 : KVT_F32};
+    attn_kv kv = {dk, dv, dkp, n, row, bf16 ? KVT_BF16 : KVT_F32, 0, NULL};
     CHECK(cuk_attention(dq, dqp, T, &kv, NULL, &p, dout, work, NULL) == 0, "attention: %s", err_msg());
     CK(cudaMemcpy(out, dout, (size_t)T * nh * hd * 4, cudaMemcpyDeviceToHost));
     double num = 0, den = 0;
@@ -514,7 +514,7 @@ static void bench(void) {
         const char *names[3] = {"f32 cache, CUDA cores", "bf16 cache, CUDA cores", "bf16 cache, flash (tensor cores)"};
         for (int mode = 0; mode < 3; mode++) {
             attn_kv kv = {mode ? (void *)dk16 : (void *)dk32, mode ? (void *)dv16 : (void *)dv32, dkp, n, row,
-                          mode ? KVT_BF16 : KVT_F32};
+                          mode ? KVT_BF16 : KVT_F32, 0, NULL};
             setting_override(SET_CUK_ATTN_NO_MMA, mode == 1 ? "1" : "0");
             float tt[10];
             for (int i = 0; i < 12; i++) {

@@ -3,7 +3,9 @@
  * with an online softmax (running max and sum), so no [T, n] score matrix is stored.
  * At the avx512 level the query rows of a KV group go through key tiles of 16
  * (attention_avx512.c); otherwise each (token, head) walks the keys one at a time
- * with the level's dot / axpy loops. */
+ * with the level's dot / axpy loops. A paged view (attn_kv.blocks) is read through its
+ * block table (the avx512 tile of 16 keys divides KV_BLOCK, so a tile is one run of
+ * rows in one pool block; kv/cache.c checks that at build time). */
 #include <math.h>
 #include <string.h>
 
@@ -42,20 +44,21 @@ static void attend_one(const attn_job *j, int t, int h) {
     float *o = j->out + ((long)t * p->n_heads + h) * hd;
     int32_t qp = j->qpos[t];
     float m = -INFINITY, l = 0.0f, s[KB];
-    int idx[KB];
+    long idx[KB];
     for (int d = 0; d < hd; d++) o[d] = 0.0f;
     if (p->sinks) { m = p->sinks[h]; l = 1.0f; }
     for (int r0 = 0; r0 < kv->n; r0 += KB) {
         int nb = 0;
         float bm = -INFINITY;
         for (int r = r0; r < kv->n && r < r0 + KB; r++) {
-            int32_t kp = kv->pos[r];
+            const long x = attn_kv_row(kv, r);
+            int32_t kp = kv->pos[x];
             if (kp > qp || (p->window > 0 && qp - kp >= p->window)) continue;
-            const float *k = (const float *)kv->k + (long)r * kv->row_stride + (long)g * hd;
+            const float *k = (const float *)kv->k + x * kv->row_stride + (long)g * hd;
             float d = j->k->dot(q, k, hd) * p->scale;
             if (p->softcap > 0) d = p->softcap * tanhf(d / p->softcap);
             s[nb] = d;
-            idx[nb++] = r;
+            idx[nb++] = x;
             if (d > bm) bm = d;
         }
         if (!nb) continue;

@@ -103,7 +103,8 @@ void attn_tile_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g
     for (int r0 = 0; r0 < kv->n; r0 += 16) {
         const int nb = kv->n - r0 < 16 ? kv->n - r0 : 16;
         const __mmask16 live = (__mmask16)((1u << nb) - 1);
-        const __m512i kp = _mm512_maskz_loadu_epi32(live, kv->pos + r0);
+        const long rb = attn_kv_row(kv, r0); /* the tile's 16 rows are one run of one block */
+        const __m512i kp = _mm512_maskz_loadu_epi32(live, kv->pos + rb);
         /* a tile no row can see (all keys after every query, or all outside every
          * window) is skipped before any of its keys is read */
         __mmask16 any = _mm512_mask_cmple_epi32_mask(live, kp, _mm512_set1_epi32(qmax));
@@ -114,7 +115,7 @@ void attn_tile_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g
         for (int d0 = 0; d0 < hd; d0 += 16) {
             __m512 rows[16];
             for (int j = 0; j < 16; j++)
-                rows[j] = j < nb ? _mm512_loadu_ps((const float *)kv->k + (long)(r0 + j) * kv->row_stride + (long)g * hd + d0)
+                rows[j] = j < nb ? _mm512_loadu_ps((const float *)kv->k + (rb + j) * kv->row_stride + (long)g * hd + d0)
                                  : _mm512_setzero_ps();
             transpose16(rows);
             for (int i = 0; i < 16; i++) _mm512_store_ps(kt + (d0 + i) * 16, rows[i]);
@@ -160,7 +161,7 @@ void attn_tile_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g
                 for (__mmask16 rest = vis; rest; rest &= (__mmask16)(rest - 1)) {
                     const int j = __builtin_ctz(rest);
                     const __m512 pj = _mm512_set1_ps(pe[j]);
-                    const float *v = (const float *)kv->v + (long)(r0 + j) * kv->row_stride + (long)g * hd + d0;
+                    const float *v = (const float *)kv->v + (rb + j) * kv->row_stride + (long)g * hd + d0;
                     for (int c = 0; c < w; c++) a[c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * c), a[c]);
                 }
                 for (int c = 0; c < w; c++) _mm512_storeu_ps(o + d0 + 16 * c, a[c]);
