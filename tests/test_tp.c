@@ -71,6 +71,10 @@ static double batch_step_err(celer_model *m, const fixture_ref *r) {
     return err;
 }
 
+/* the rank counts to run: 1 2 4, or argv's (a GPU run: `test_tp 1` on one GPU) */
+static const char *g_tps[8] = {"1", "2", "4"};
+static int g_ntp = 3;
+
 static void check_fixture(const char *name) {
     char dir[256];
     snprintf(dir, sizeof dir, FIXTURE_MODELS "/%.63s", name);
@@ -87,8 +91,8 @@ static void check_fixture(const char *name) {
     const int n_want = m0 ? greedy(m0, &r, want) : -1;
     CHECK(n_want == r.n_generated, "%s: greedy without --tp: %s", name, celer_last_error());
     celer_model_free(m0);
-    const char *tps[] = {"1", "2", "4"};
-    for (int k = 0; k < 3; k++) {
+    const char *const *tps = g_tps;
+    for (int k = 0; k < g_ntp; k++) {
         const int tp = atoi(tps[k]);
         setting_override(SET_CELER_TP, tps[k]);
         celer_model *m = celer_model_open(dir, 2);
@@ -147,7 +151,11 @@ static void check_bad(void) {
     setting_override(SET_CELER_TP, "0");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) {
+        g_ntp = 0;
+        for (int i = 1; i < argc && g_ntp < 8; i++) g_tps[g_ntp++] = argv[i];
+    }
     fixture_select_exact();
     RUN_CASE("bad --tp", check_bad());
     FIXTURE_CASES(check_fixture, 20);

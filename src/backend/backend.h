@@ -146,6 +146,14 @@ typedef struct {
     /* A new NCCL unique id into id [TP_ID_BYTES] (rank 0 makes it, the others receive
      * it); NULL on backends that need none. -1 with a message. */
     int (*tp_unique_id)(backend *b, void *id);
+    /* Makes this thread's calls reach the backend's device (CUDA: cudaSetDevice); the
+     * ranks' threads call it before their work. NULL where there is nothing to do. */
+    void (*use_here)(backend *b);
+    /* In place of upload_weight when the weights are synthetic (`bench --synth`): w's
+     * arrays allocated on the device and filled with random values from seed (codes
+     * random, scales small, float weights in +-0.03); the host arrays are never read.
+     * NULL where the host's (zero) weights serve. -1 with a message. */
+    int (*fill_weight)(backend *b, weight *w, uint64_t seed);
     /* ---- arithmetic: one member per op of backend/ops_list.h (contracts there) ----- */
 #define BACKEND_OP_MEMBER(name, mode) void (*name)(backend * b OP_ARGS_##name(OPA_PARAM));
     BACKEND_OPS(BACKEND_OP_MEMBER)

@@ -32,6 +32,7 @@
     X(CELER_TP_MASTER, STR, NULL, "--tp-master ADDR:PORT: rank 0's address that publishes the NCCL id (several hosts)") \
     X(CELER_TP_RANK_OFFSET, INT, "0", "--tp-rank-offset R: the global rank of this process's first GPU (several hosts)") \
     X(CELER_TP_WORLD, INT, "0", "--tp-world W: ranks over all hosts (0: --tp, one host)")  \
+    X(CELER_SYNTH_FILL, FLAG, "0", "1: a GPU fills every weight with random values instead of reading the checkpoint (bench --synth)") \
     X(CELER_KV_DTYPE, STR, "auto", "auto, f32 or bf16: KV cache element type (auto: bf16 with fast GPU precision, else f32)") \
     X(CUK_GEMM_BF16X1, FLAG, "0", "1: GPU bf16 GEMMs use one bf16 term instead of two (faster, less exact)")       \
     X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \

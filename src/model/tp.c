@@ -349,7 +349,11 @@ void model_tp_close(model *m) {
     pthread_cond_broadcast(&t->go);
     pthread_mutex_unlock(&t->mu);
     for (int r = 1; r <= t->started; r++) pthread_join(t->th[r], NULL);
-    for (int r = 1; r < t->local; r++) model_free(t->rank[r]);
+    for (int r = 1; r < t->local; r++) {
+        if (t->rank[r] && t->rank[r]->be && t->rank[r]->be->ops->use_here) t->rank[r]->be->ops->use_here(t->rank[r]->be);
+        model_free(t->rank[r]);
+    }
+    if (m->be && m->be->ops->use_here) m->be->ops->use_here(m->be);
     tp_host_group_free(t->hg);
     pthread_cond_destroy(&t->go);
     pthread_cond_destroy(&t->done);
@@ -387,6 +391,8 @@ static void forward_job(tp_state *t, int r, void *p) {
         seqs[i] = a->seqs[i];
         seqs[i].caches = a->seqs[i].caches + (size_t)r * (size_t)L; /* this rank's caches */
     }
+    backend *b = t->rank[r]->be;
+    if (b->ops->use_here) b->ops->use_here(b); /* the caller's thread may not be the one that opened it */
     t->rc[r] = model_forward_rank(t->rank[r], seqs, a->n_seqs, a->s->peer[r], a->tok, a->all);
     free(seqs);
 }

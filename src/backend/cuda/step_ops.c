@@ -61,6 +61,11 @@ static int reserve_work(cuda_backend *c, const step_op *e) {
                (!wrows || cuda_grow(c, &c->wbf, cuk_gemm_wbf_elems(wrows, w->cols) * 2, "gemm staging")) &&
                (!y2 || cuda_grow(c, &c->y2, y2, "gemm staging"));
     }
+    case SOP_gather_cols: /* every rank's part, gathered before the columns move */
+        return !c->nccl || cuda_grow(c, &c->gath,
+                                     (size_t)c->self->tp_world * (size_t)e->u.gather_cols.T * (size_t)e->u.gather_cols.w *
+                                         sizeof(float),
+                                     "gather work") != NULL;
     case SOP_sample:
         return cuda_grow(c, &c->smp, cuk_sample_work(e->u.smp.V) * (size_t)(e->u.smp.rows > 0 ? e->u.smp.rows : 1),
                          "sampler work") != NULL;
@@ -167,6 +172,14 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
         const op_attention_batch_args *a = &e->u.attention_batch;
         RUN(cuk_attention_batch(a->q, a->qpos, a->n, (const cuk_attn_seq *)vals, a->max_keys, &a->p, a->dtype, a->out,
                                 c->att.p, st));
+        break;
+    }
+    case SOP_all_reduce:
+        RUN(cuda_nccl_all_reduce(c, e->u.all_reduce.x, e->u.all_reduce.n, st));
+        break;
+    case SOP_gather_cols: {
+        const op_gather_cols_args *a = &e->u.gather_cols;
+        RUN(cuda_nccl_gather_cols(c, a->full, a->part, a->T, a->w, a->W, c->gath.p, st));
         break;
     }
     case SOP_put_batch:
