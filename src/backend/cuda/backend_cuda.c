@@ -87,17 +87,24 @@ static int status(backend *b) {
 static void *cuda_alloc(backend *b, size_t bytes) {
     cuda_backend *c = cu(b);
     void *p = NULL;
+    /* cudaMalloc allocates on the thread's current GPU: with several ranks a thread
+     * (a server's session setup) may allocate for another rank's GPU than its own */
+    int cur = c->id;
+    cudaGetDevice(&cur);
+    if (cur != c->id) cudaSetDevice(c->id);
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 16);
+    if (e == cudaSuccess && !cuda_ok(c, cudaMemsetAsync(p, 0, bytes ? bytes : 16, c->stream), "memset")) {
+        cudaFree(p);
+        p = NULL;
+    }
+    if (cur != c->id) cudaSetDevice(cur);
+    if (!p && e == cudaSuccess) return NULL;
     if (e != cudaSuccess) {
         cudaGetLastError();
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
         err_set("GPU %d: cannot allocate %.1f MiB (%.1f MiB free of %.1f MiB): %s", c->id, bytes / 1048576.0,
                 fr / 1048576.0, tot / 1048576.0, cudaGetErrorString(e));
-        return NULL;
-    }
-    if (!cuda_ok(c, cudaMemsetAsync(p, 0, bytes ? bytes : 16, c->stream), "memset")) {
-        cudaFree(p);
         return NULL;
     }
     return p;
