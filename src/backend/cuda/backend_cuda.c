@@ -87,18 +87,12 @@ static int status(backend *b) {
 static void *cuda_alloc(backend *b, size_t bytes) {
     cuda_backend *c = cu(b);
     void *p = NULL;
-    /* cudaMalloc allocates on the thread's current GPU: with several ranks a thread
-     * (a server's session setup) may allocate for another rank's GPU than its own */
-    int cur = c->id;
-    cudaGetDevice(&cur);
-    if (cur != c->id) cudaSetDevice(c->id);
+    cuda_here(c); /* cudaMalloc allocates on the thread's current GPU */
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 16);
     if (e == cudaSuccess && !cuda_ok(c, cudaMemsetAsync(p, 0, bytes ? bytes : 16, c->stream), "memset")) {
         cudaFree(p);
-        p = NULL;
+        return NULL;
     }
-    if (cur != c->id) cudaSetDevice(cur);
-    if (!p && e == cudaSuccess) return NULL;
     if (e != cudaSuccess) {
         cudaGetLastError();
         size_t fr = 0, tot = 0;
@@ -111,6 +105,7 @@ static void *cuda_alloc(backend *b, size_t bytes) {
 }
 
 static void cuda_release(backend *b, void *p) {
+    cuda_here(cu(b));
     if (!p) return;
     cuda_step_stop(cu(b)); /* recorded ops may still use it */
     cudaStreamSynchronize(cu(b)->stream);
@@ -142,11 +137,13 @@ void cuda_stage_upload(cuda_backend *c, void *dst, const void *host, size_t n) {
 }
 
 static void cuda_upload(backend *b, void *dst, const void *host, size_t n) {
+    cuda_here(cu(b));
     if (!n || cu(b)->failed || cuda_step_upload(b, dst, host, n)) return;
     cuda_stage_upload(cu(b), dst, host, n);
 }
 
 static void cuda_download(backend *b, void *host, const void *src, size_t n) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     cuda_step_stop(c);
     if (c->failed) {

@@ -119,6 +119,15 @@ typedef struct {
 
 static inline cuda_backend *cu(backend *b) { return b->impl; }
 
+/* Makes the backend's GPU the calling thread's current device. Every entry that
+ * allocates or enqueues calls it first: with tensor parallelism one thread (the
+ * engine's) also reaches other ranks' backends (their caches and scratch), and a
+ * stream only takes work from a thread whose current device is its own. */
+static inline void cuda_here(const cuda_backend *c) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != c->id) cudaSetDevice(c->id);
+}
+
 /* Runs a kernel launcher unless an earlier op failed; keeps its failure. */
 #define RUN(call) do { c->n_calls++; if (!c->failed && (call) != 0) cuda_fail(c); } while (0)
 

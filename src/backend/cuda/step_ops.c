@@ -324,6 +324,7 @@ static step_op op_new(int kind) {
 }
 
 int cuda_step_begin(backend *b, int T) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     if (c->graphs_off < 0) /* first call: CELER_GRAPH=0 turns graphs off for A/B runs */
         c->graphs_off = !setting_flag(SET_CELER_GRAPH);
@@ -380,6 +381,7 @@ static step_graph *capture(cuda_backend *c) {
 }
 
 void cuda_step_end(backend *b) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     if (!c->recording) return;
     close_put(c);
@@ -556,6 +558,7 @@ static int custom_record(cuda_backend *c, step_op *e) {
 #define CUDA_OP_RECORDER(name)                                 \
     void cuda_##name(backend *b OP_ARGS_##name(OPA_PARAM)) {   \
         cuda_backend *c_ = cu(b);                              \
+        cuda_here(c_);                                         \
         step_op o_ = op_new(SOP_##name);                       \
         op_##name##_args *a_ = &o_.u.name;                     \
         OP_ARGS_##name(OPA_STORE)                              \
@@ -567,6 +570,7 @@ BACKEND_OPS(CUDA_OP_RECORDER_IF)
 #undef CUDA_OP_RECORDER
 
 void cuda_step_copy(backend *b, void *dst, const void *src, size_t n) {
+    cuda_here(cu(b));
     step_op e = op_new(SOP_copy);
     e.u.copy.dst = dst;
     e.u.copy.src = src;
@@ -589,6 +593,7 @@ int cuda_step_upload(backend *b, void *dst, const void *host, size_t n) {
 }
 
 int cuda_sample(backend *b, const float *logits, int V, const sample_params *p, double u, int32_t *tok, int slot) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     step_op e = op_new(SOP_sample);
     e.u.smp.p.temperature = p->temperature;
@@ -606,6 +611,7 @@ int cuda_sample(backend *b, const float *logits, int V, const sample_params *p, 
 }
 
 int32_t cuda_sampled(backend *b, int slot) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     cuda_wait_begin(c);
     if (!c->failed) cuda_ok(c, cudaEventSynchronize(c->sample_done[slot]), "sample");
@@ -619,6 +625,7 @@ int32_t cuda_sampled(backend *b, int slot) {
 
 int cuda_sample_rows(backend *b, const float *logits, int V, int n, const sample_params *p, const double *u, int32_t *tok,
                      int slot) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     if (n <= 0 || n > SAMPLE_MAX_ROWS || slot < 0 || slot >= SAMPLE_SLOTS || !c->sampled) return -1;
     /* values: the draws, then the parameters */
@@ -655,6 +662,7 @@ int cuda_sample_rows(backend *b, const float *logits, int V, int n, const sample
 }
 
 int cuda_sampled_rows(backend *b, int slot, int32_t *out, int n) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     cuda_wait_begin(c);
     if (!c->failed) cuda_ok(c, cudaEventSynchronize(c->sample_done[slot]), "sample");
