@@ -373,7 +373,7 @@ const model *model_cache_owner(const model *m, int i, int *layer) {
 }
 
 typedef struct {
-    const fwd_seq *seqs;
+    fwd_seq *seqs;   /* [local][n_seqs]: each rank's view of the sequences */
     int n_seqs, all;
     model_scratch *s;
     const int32_t *tok;
@@ -381,25 +381,28 @@ typedef struct {
 
 static void forward_job(tp_state *t, int r, void *p) {
     fwd_arg *a = p;
-    const int L = t->rank[0]->cfg.n_layers;
-    fwd_seq *seqs = mem_alloc((size_t)a->n_seqs * sizeof *seqs, "forward");
-    if (!seqs) {
-        t->rc[r] = -1;
-        return;
-    }
-    for (int i = 0; i < a->n_seqs; i++) {
-        seqs[i] = a->seqs[i];
-        seqs[i].caches = a->seqs[i].caches + (size_t)r * (size_t)L; /* this rank's caches */
-    }
     backend *b = t->rank[r]->be;
     if (b->ops->use_here) b->ops->use_here(b); /* the caller's thread may not be the one that opened it */
-    t->rc[r] = model_forward_rank(t->rank[r], seqs, a->n_seqs, a->s->peer[r], a->tok, a->all);
-    free(seqs);
+    t->rc[r] = model_forward_rank(t->rank[r], a->seqs + (size_t)r * (size_t)a->n_seqs, a->n_seqs, a->s->peer[r], a->tok,
+                                  a->all);
 }
 
 int model_tp_forward(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, const int32_t *tok, int all) {
-    fwd_arg a = {seqs, n_seqs, all, s, tok};
-    return run_all(m->tps, forward_job, &a);
+    tp_state *t = m->tps;
+    const int L = m->cfg.n_layers;
+    /* made here, before any rank starts: a rank that failed before its first
+     * collective would leave the others waiting in it */
+    fwd_seq *rs = mem_alloc((size_t)t->local * (size_t)(n_seqs > 0 ? n_seqs : 1) * sizeof *rs, "forward");
+    if (!rs) return -1;
+    for (int r = 0; r < t->local; r++)
+        for (int i = 0; i < n_seqs; i++) {
+            rs[(size_t)r * n_seqs + i] = seqs[i];
+            rs[(size_t)r * n_seqs + i].caches = seqs[i].caches + (size_t)r * (size_t)L; /* this rank's caches */
+        }
+    fwd_arg a = {rs, n_seqs, all, s, tok};
+    int rc = run_all(t, forward_job, &a);
+    free(rs);
+    return rc;
 }
 
 model_scratch *model_tp_scratch(const model *m, int max_T, model_scratch *(*one)(const model *, int)) {
