@@ -161,7 +161,7 @@ $(B)/libceler_cuda.a: $(CUDA_OBJ)
 # the CPU router) comes through the table its entry is given (host.c); -z defs fails
 # the link on any symbol left undefined.
 $(B)/libceler-cuda.so: $(CUDA_OBJ) $(CUDA_C_OBJ)
-	$(CC) -shared -Wl,-z,defs -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++ -lm -pthread
+	$(CC) -shared -Wl,-z,defs -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lnccl -lcudart_static -ldl -lrt -lstdc++ -lm -pthread
 
 $(B)/tests/cuda/test_cuda_kernels: tests/cuda/test_cuda_kernels.c $(B)/libceler_cuda.a $(B)/libceler.a
 	@mkdir -p $(dir $@)

@@ -472,6 +472,10 @@ int celer_save_f32(const char *path, const char *name, const float *data, int nd
  * q4, MLX affine 4-bit (group 64). progress may be NULL. */
 int celer_synth(const char *shape, const char *dir, int q4, uint64_t seed,
                 void (*progress)(double done, void *ctx), void *ctx);
+/* The same shape as config.json and a sparse model.safetensors whose matrices are
+ * holes (zeros taking no disk; the vectors are written): what `bench --synth` opens
+ * with CELER_SYNTH_FILL=1, so a GPU makes the weights in its own memory. */
+int celer_synth_sparse(const char *shape, const char *dir);
 /* NULL-terminated list of shape names celer_synth knows. */
 const char *const *celer_synth_shapes(void);
 

@@ -147,6 +147,23 @@ typedef struct {
     int (*sample_rows)(backend *b, const float *logits, int V, int n, const sample_params *p, const double *u,
                        int32_t *tok, int slot);
     int (*sampled_rows)(backend *b, int slot, int32_t *out, int n);
+    /* Joins this backend to a tensor-parallel group as rank `rank` of `world`, so the
+     * collective ops reach the other ranks. Called by every rank at once (each from
+     * its own thread: NCCL's communicator setup waits for all ranks). shared: the CPU
+     * backend's tp_host_group (backend/tp_group.h); the CUDA backend's NCCL unique id
+     * (TP_ID_BYTES). -1 with a message. */
+    int (*tp_join)(backend *b, int rank, int world, void *shared);
+    /* A new NCCL unique id into id [TP_ID_BYTES] (rank 0 makes it, the others receive
+     * it); NULL on backends that need none. -1 with a message. */
+    int (*tp_unique_id)(backend *b, void *id);
+    /* Makes this thread's calls reach the backend's device (CUDA: cudaSetDevice); the
+     * ranks' threads call it before their work. NULL where there is nothing to do. */
+    void (*use_here)(backend *b);
+    /* In place of upload_weight when the weights are synthetic (`bench --synth`): w's
+     * arrays allocated on the device and filled with random values from seed (codes
+     * random, scales small, float weights in +-0.03); the host arrays are never read.
+     * NULL where the host's (zero) weights serve. -1 with a message. */
+    int (*fill_weight)(backend *b, weight *w, uint64_t seed);
     /* ---- arithmetic: one member per op of backend/ops_list.h (contracts there) ----- */
 #define BACKEND_OP_MEMBER(name, mode) void (*name)(backend * b OP_ARGS_##name(OPA_PARAM));
     BACKEND_OPS(BACKEND_OP_MEMBER)
@@ -161,7 +178,11 @@ struct backend {
     int fast;            /* a device backend's precision: 1 fast (one-term bf16 products), 0 exact;
                           * set from CELER_PRECISION when created, then by the model that owns it
                           * (model/precision.c); the CPU ignores it */
+    int tp_rank, tp_world;  /* tensor-parallel place (tp_join); 0, 0 when not in a group */
 };
+
+/* Bytes of a tensor-parallel group id (NCCL's ncclUniqueId is 128). */
+#define TP_ID_BYTES 128
 
 /* CPU backend with n_threads (<= 0: all cores). max_cols bounds the widest weight row. */
 backend *backend_cpu_new(int n_threads, int64_t max_cols);

@@ -112,6 +112,25 @@
     A(V, void *, kd) A(V, void *, vd) A(V, int32_t *, pd) A(V, long, row) A(V, int, slot) A(V, const float *, k) \
     A(V, const float *, v) A(V, const int32_t *, pos) A(V, int, n) A(V, int, dtype)
 
+/* x [T, cols] = rows tok - lo of w for the tokens lo <= tok < lo + w.rows, zero rows
+ * for the others, times scale: one rank's share of a vocabulary-split embedding (the
+ * ranks' shares summed by all_reduce give embed's rows). */
+#define OP_ARGS_embed_range(A) \
+    A(S, weight, w) A(V, const int32_t *, tok) A(V, int, T) A(V, float, scale) A(V, float *, x) A(V, int, lo)
+
+/* Tensor parallelism (backend.h tp_rank, tp_world; docs/tensor-parallel.md). Every
+ * rank of a group calls the collectives in the same order with the same sizes.
+ * all_reduce: x [n] <- the sum of x over the ranks, in place, the same bits on every
+ * rank (a rank of one: nothing on the CPU; NCCL's one-rank sum on a GPU joined to a
+ * communicator). */
+#define OP_ARGS_all_reduce(A) A(V, float *, x) A(V, long, n)
+
+/* The vocabulary-split logits gathered: rank r's part [T, n_r] (n_r = min(w, W - r w)
+ * columns; its buffer holds T w floats) goes to columns [r w, r w + n_r) of full
+ * [T, W] on every rank that passes full (a process's first rank; the others pass
+ * NULL). */
+#define OP_ARGS_gather_cols(A) A(V, float *, full) A(V, const float *, part) A(V, int, T) A(V, int, w) A(V, int, W)
+
 #define BACKEND_OPS(X)      \
     X(matmul, CUSTOM)       \
     X(rmsnorm, KERNEL)      \
@@ -127,7 +146,10 @@
     X(moe, HOST)            \
     X(add, KERNEL)          \
     X(embed, KERNEL)        \
-    X(put_rows, CUSTOM)
+    X(put_rows, CUSTOM)     \
+    X(embed_range, KERNEL)  \
+    X(all_reduce, CUSTOM)   \
+    X(gather_cols, CUSTOM)
 
 /* ---- expanding an argument list (A is one of these) ---------------------------- */
 

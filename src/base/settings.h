@@ -29,6 +29,11 @@
     X(CUK_MV_ROWS, INT, "0", "1, 2 or 4: rows per warp of the GPU matvec kernels (0: measured default)")            \
     X(CUK_MV_INT8, FLAG, "0", "1: GPU quantized products round activations to int8 (dp4a kernels)")                \
     X(CELER_PRECISION, STR, NULL, "fast or exact: GPU arithmetic (unset: fast on the GPU; the CPU is always exact)")  \
+    X(CELER_TP, INT, "0", "tensor-parallel ranks (--tp N): 0 off; N >= 1 splits the model over N GPUs, or N CPU threads") \
+    X(CELER_TP_MASTER, STR, NULL, "--tp-master ADDR:PORT: rank 0's address that publishes the NCCL id (several hosts)") \
+    X(CELER_TP_RANK_OFFSET, INT, "0", "--tp-rank-offset R: the global rank of this process's first GPU (several hosts)") \
+    X(CELER_TP_WORLD, INT, "0", "--tp-world W: ranks over all hosts (0: --tp, one host)")  \
+    X(CELER_SYNTH_FILL, FLAG, "0", "1: a GPU fills every weight with random values instead of reading the checkpoint (bench --synth)") \
     X(CELER_KV_DTYPE, STR, "auto", "auto, f32 or bf16: KV cache element type (auto: bf16 with fast GPU precision, else f32)") \
     X(CUK_GEMM_BF16X1, FLAG, "0", "1: GPU bf16 GEMMs use one bf16 term instead of two (faster, less exact)")       \
     X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \

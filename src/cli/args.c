@@ -53,6 +53,11 @@ static const struct {
     {"--precision", "P", "CELER_PRECISION",
      "fast or exact: GPU arithmetic (default fast: bf16 activations and KV cache; the CPU is always exact)",
      {"fast", "exact", NULL}},
+    /* tensor parallelism (docs/tensor-parallel.md): values checked where the model opens */
+    {"--tp", "N", "CELER_TP", "split the model over N GPUs (tensor parallelism; with --device cpu: N threads)", {NULL}},
+    {"--tp-master", "ADDR:PORT", "CELER_TP_MASTER", "several hosts: where rank 0 publishes the NCCL group id", {NULL}},
+    {"--tp-rank-offset", "R", "CELER_TP_RANK_OFFSET", "several hosts: the global rank of this host's first GPU", {NULL}},
+    {"--tp-world", "W", "CELER_TP_WORLD", "several hosts: the ranks over all hosts (default --tp)", {NULL}},
 };
 static const char *global_val[sizeof globals / sizeof globals[0]];
 
@@ -192,8 +197,21 @@ int args_parse(args *a, int argc, char **argv) {
             while (g < sizeof globals / sizeof globals[0] && !name_is(s, nlen, globals[g].lng, NULL)) g++;
             if (g < sizeof globals / sizeof globals[0]) {
                 const char *v = eq && nlen != strlen(s) ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-                int ok = 0;
+                int ok = 0, any = !globals[g].values[0];
                 for (int j = 0; v && globals[g].values[j]; j++) ok |= strcmp(v, globals[g].values[j]) == 0;
+                if (any && v && strcmp(globals[g].meta, "ADDR:PORT") != 0) { /* a count: digits */
+                    ok = *v && strspn(v, "0123456789") == strlen(v) && strlen(v) < 9;
+                    if (!ok) {
+                        args_usage_error(a, "flag '%s' wants a number, got '%s'", globals[g].lng, v);
+                        return 2;
+                    }
+                    if (strcmp(globals[g].lng, "--tp") == 0 && atol(v) < 1) {
+                        args_usage_error(a, "flag '--tp' wants 1 or more ranks (leave it out for none), got '%s'", v);
+                        return 2;
+                    }
+                } else if (any && v) {
+                    ok = 1;
+                }
                 if (!ok) {
                     if (v) args_usage_error(a, "flag '%s' wants fast or exact, got '%s'", globals[g].lng, v);
                     else args_usage_error(a, "flag '%s' needs a value (%s)", globals[g].lng, globals[g].meta);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "celer.h"
 #include "cli/args.h"
@@ -29,6 +30,7 @@ static const opt_spec opts[] = {
     {"--n-depth", "-d", "N", "context depth: tokens already in the cache before each test (default 0)"},
     {"--threads", "-t", "N", "CPU threads (default: all cores)"},
     {"--device", NULL, "DEV", "cpu, cuda, cuda:N or auto (default auto: the GPU when one is present, else the CPU)"},
+    {"--synth", NULL, "NAME", "random weights of a named shape (celer synth --help lists them) made in GPU memory: no checkpoint is read"},
     {"--output", "-o", "FMT", "md (default) or json"},
 };
 
@@ -99,6 +101,17 @@ void bench_model_label(const celer_model_info *in, char *buf, size_t n) {
     else snprintf(buf, n, "%s %.0fM %s", in->model_type, b * 1e3, fmt);
 }
 
+/* Removes what celer_synth_sparse wrote in dir, and dir. */
+static void bench_synth_clean(const char *dir) {
+    char p[PATH_MAX + 32];
+    const char *names[] = {"model.safetensors", "config.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
 int cmd_bench(int argc, char **argv) {
     args a = {"bench", "[-m DIR|ORG/NAME] [-p 512] [-n 128] [-d 0] [-r 5] [-t N] [-o md|json]  |  -npl 1,8,32 [-p 512,..] [-n 128,..] [-c N]",
               "Measures prefill (ppN) and decode (tgN) speed, llama-bench style, against the measured limits;\n"
@@ -111,9 +124,24 @@ int cmd_bench(int argc, char **argv) {
     if (only) { args_usage_error(&a, "flag '%s' belongs to the batched mode: give -npl LIST with it", only); return 2; }
     if (cli_device_flag(&a)) return 2;
     int mst; /* the exit status when there is no model */
-    char defbuf[PATH_MAX];
-    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst), *fmt = args_get(&a, "--output");
-    if (!dir) return mst;
+    char defbuf[PATH_MAX], synth_dir[PATH_MAX] = "";
+    const char *synth = args_get(&a, "--synth"), *fmt = args_get(&a, "--output"), *dir;
+    if (synth) {
+        /* a config.json and a sparse safetensors header in a scratch directory: the GPU
+         * fills the weights (CELER_SYNTH_FILL); the files go once the model is open */
+        if (args_get(&a, "--model")) { args_usage_error(&a, "give -m DIR or --synth NAME, not both"); return 2; }
+        snprintf(synth_dir, sizeof synth_dir, "/tmp/celer-synth-XXXXXX");
+        if (!mkdtemp(synth_dir)) { cli_error("bench", "--synth: cannot make %s", synth_dir); return 1; }
+        if (celer_synth_sparse(synth, synth_dir) != 0) {
+            cli_error("bench", "--synth %s: %s", synth, celer_last_error());
+            bench_synth_clean(synth_dir);
+            return 1;
+        }
+        celer_setting_set("CELER_SYNTH_FILL", "1");
+        dir = synth_dir;
+    } else if (!(dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst))) {
+        return mst;
+    }
     long np, ng, reps, threads, depth;
     if (args_int(&a, "--n-prompt", 512, 0, 1 << 20, &np) || args_int(&a, "--n-gen", 128, 0, 1 << 20, &ng) ||
         args_int(&a, "--n-depth", 0, 0, 1 << 20, &depth) ||
@@ -123,6 +151,7 @@ int cmd_bench(int argc, char **argv) {
     if (strcmp(fmt, "md") != 0 && strcmp(fmt, "json") != 0) { args_usage_error(&a, "-o wants md or json, got '%s'", fmt); return 2; }
     int tty = cli_stderr_is_tty();
     celer_model *m = cli_model_open("bench", dir, (int)threads, 0);
+    if (synth_dir[0]) bench_synth_clean(synth_dir); /* the mapping outlives the names */
     if (!m) { cli_error("bench", "%s", celer_last_error()); return 1; }
     celer_model_info in;
     celer_model_get_info(m, &in);

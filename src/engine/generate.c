@@ -354,7 +354,7 @@ oom:
  * vocabulary needs them). */
 static int device_ok(const celer_gen *g, const gseq *q, sample_params *sp) {
     const model *m = g->cm->m;
-    return m->be->ops->sample && !q->host_only && !q->p.want_logits && !q->p.grammar &&
+    return m->be->ops->sample && m->tp <= 1 && !q->host_only && !q->p.want_logits && !q->p.grammar &&
            setting_flag(SET_CELER_DEVICE_SAMPLE) &&
            sample_device_params(q->smp, sp) && !(m->cfg.ple_dim > 0 && m->cfg.ple_vocab < m->cfg.vocab);
 }
@@ -630,7 +630,7 @@ static void host_sample(celer_gen *g, gseq *q, celer_gen_event *e) {
  * reporting any error). */
 static int feed_device(celer_gen *g, int n) {
     const model *m = g->cm->m;
-    if (!m->be->ops->sample_rows || n < 2 || n > SAMPLE_MAX_ROWS || !setting_flag(SET_CELER_DEVICE_SAMPLE)) return 0;
+    if (!m->be->ops->sample_rows || m->tp > 1 || n < 2 || n > SAMPLE_MAX_ROWS || !setting_flag(SET_CELER_DEVICE_SAMPLE)) return 0;
     int any = 0;
     for (int k = 0; k < n; k++) {
         gseq *q = g->seq[g->bi[k]];

@@ -60,7 +60,9 @@ void celer_model_get_info(const celer_model *cm, celer_model_info *info) {
     info->kv_dtype = m->kv_dtype == KVT_BF16 ? "bf16" : "f32";
 }
 
-kv_cache *engine_cache_new(const model *m, int l, kv_kind kind, int ctx, int max_T) {
+kv_cache *engine_cache_new(const model *m0, int i, kv_kind kind, int ctx, int max_T) {
+    int l;
+    const model *m = model_cache_owner(m0, i, &l); /* tensor parallelism: cache i is rank i / L's layer */
     const layer_plan *p = &m->plan[l];
     kv_cache *c = kind == KV_ROTATING ? kv_rotating_new(p->n_kv, p->head_dim, p->window, 0, ctx, max_T)
                                       : kv_dense_new(p->n_kv, p->head_dim, ctx, max_T);
@@ -71,14 +73,16 @@ kv_cache *engine_cache_new(const model *m, int l, kv_kind kind, int ctx, int max
     return c;
 }
 
-kv_cache *engine_layer_cache(const model *m, int l, int ctx, int max_T) {
-    return engine_cache_new(m, l, registry_layer_cache(m, l, ctx).kind, ctx, max_T);
+kv_cache *engine_layer_cache(const model *m, int i, int ctx, int max_T) {
+    return engine_cache_new(m, i, registry_layer_cache(m, i % m->cfg.n_layers, ctx).kind, ctx, max_T);
 }
 
 int engine_prepare_caches(celer_session *s, int T) {
     const model *m = s->cm->m;
-    for (int l = 0; l < m->cfg.n_layers; l++)
-        if (m->plan[l].kv_source < 0 && kv_prepare(s->caches[l], s->pos, T) != 0) return err_prefix("layer %d", l);
+    for (int i = 0; i < model_n_caches(m); i++) {
+        const int l = i % m->cfg.n_layers;
+        if (m->plan[l].kv_source < 0 && kv_prepare(s->caches[i], s->pos, T) != 0) return err_prefix("layer %d", l);
+    }
     return 0;
 }
 
@@ -100,8 +104,8 @@ celer_session *celer_session_new(celer_model *cm, int ctx_size, int max_batch) {
     s->ctx = ctx_size;
     s->max_T = max_batch;
     s->inplace = kv_inplace_default();
-    if (!(s->caches = mem_calloc((size_t)m->cfg.n_layers, sizeof *s->caches, "kv caches"))) goto fail;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
+    if (!(s->caches = mem_calloc((size_t)model_n_caches(m), sizeof *s->caches, "kv caches"))) goto fail;
+    for (int l = 0; l < model_n_caches(m); l++) {
         if (!(s->caches[l] = engine_layer_cache(m, l, ctx_size, max_batch))) goto fail;
         s->caches[l]->stats = &s->stats;
         s->caches[l]->inplace = s->inplace;
@@ -122,7 +126,7 @@ void celer_session_kv_stats(const celer_session *s, celer_kv_stats *out) {
     out->allocs = s->stats.allocs;
     out->cow_blocks = s->stats.cow_blocks;
     out->held_bytes = 0;
-    for (int l = 0; l < s->cm->m->cfg.n_layers; l++) {
+    for (int l = 0; l < model_n_caches(s->cm->m); l++) {
         const kv_cache *c = s->caches[l];
         out->held_bytes += (uint64_t)c->n * (uint64_t)c->row * 2 * sizeof(float);
     }
@@ -135,7 +139,7 @@ void celer_session_free(celer_session *s) {
                 (unsigned long long)s->stats.inplace_rows, (unsigned long long)s->stats.copied_bytes,
                 (unsigned long long)s->stats.cow_copies, (unsigned long long)s->stats.cow_blocks);
     if (s->caches)
-        for (int l = 0; l < s->cm->m->cfg.n_layers; l++) kv_free(s->caches[l]);
+        for (int l = 0; l < model_n_caches(s->cm->m); l++) kv_free(s->caches[l]);
     free(s->caches);
     free(s->tokens);
     model_scratch_free(s->scratch);
@@ -195,7 +199,7 @@ int celer_session_pos(const celer_session *s) { return s->pos; }
 
 int celer_session_rewind(celer_session *s, int n) {
     if (n < 0 || n > s->pos) return err_set("rewind to %d: the session holds %d tokens", n, s->pos);
-    int L = s->cm->m->cfg.n_layers;
+    int L = model_n_caches(s->cm->m);
     if (n == s->pos) { /* blocks a failed write took past the rows go back to the pool */
         for (int l = 0; l < L; l++) kv_trim(s->caches[l]);
         return 0;

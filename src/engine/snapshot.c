@@ -44,7 +44,7 @@ celer_snapshot *engine_snapshot_alloc(const celer_model *cm, int pos) {
     if (!snap) return NULL;
     snap->cm = cm;
     snap->pos = pos;
-    snap->n_layers = cm->m->cfg.n_layers;
+    snap->n_layers = model_n_caches(cm->m); /* every rank's layers under tensor parallelism */
     if (!(snap->caches = mem_calloc((size_t)snap->n_layers, sizeof *snap->caches, "snapshot caches")) ||
         !(snap->tokens = mem_calloc((size_t)(pos ? pos : 1), sizeof *snap->tokens, "snapshot tokens"))) {
         celer_snapshot_free(snap);
@@ -95,7 +95,7 @@ int celer_session_restore(celer_session *s, const celer_snapshot *snap) {
         return err_set("restore: the snapshot was taken from another model");
     if (snap->pos > s->ctx)
         return err_set("restore: the snapshot holds %d tokens; this session's context is %d", snap->pos, s->ctx);
-    int L = m->cfg.n_layers;
+    int L = model_n_caches(m);
     kv_cache **fresh = mem_calloc((size_t)L, sizeof *fresh, "restored caches");
     if (!fresh) return -1;
     for (int l = 0; l < L; l++) {
@@ -146,6 +146,7 @@ static const char *kind_name(kv_kind k) { return k == KV_ROTATING ? "rotating" :
 /* Writes snaps [n] (of one model) to path, through a temporary file renamed at the end. */
 static int write_snapshots(const celer_model *cm, const celer_snapshot *const *snaps, int n, const char *path) {
     const model *m = cm->m;
+    if (m->tp > 1) return err_set("%s: cache files are not written under --tp %d yet (docs/tensor-parallel.md)", path, m->tp);
     int L = m->cfg.n_layers;
     json_t *meta = layout_json(m), *layers = json_object_get(meta, "layers"), *entries = json_array();
     for (int l = 0; l < L; l++) {
@@ -407,6 +408,10 @@ fail:
 /* Reads every entry of the cache file at path for model cm; NULL (with a message
  * naming the file) on any problem. *n gets the count; the array holds snapshots. */
 static celer_snapshot **read_snapshots(const celer_model *cm, const char *path, int ctx, int max_T, int *n) {
+    if (cm->m->tp > 1) {
+        err_set("%s: cache files are not read under --tp %d yet (docs/tensor-parallel.md)", path, cm->m->tp);
+        return NULL;
+    }
     celer_snapshot **out = NULL;
     json_t *meta = read_meta(path);
     st_file *f = NULL;

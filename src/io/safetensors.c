@@ -279,6 +279,18 @@ int st_writer_write(st_writer *w, const void *buf, size_t n) {
     return 0;
 }
 
+int st_writer_skip(st_writer *w, size_t n) {
+    if (w->failed) return -1;
+    off_t at;
+    if (w->done + n > w->want || fflush(w->fp) != 0 || (at = ftello(w->fp)) < 0 ||
+        ftruncate(fileno(w->fp), at + (off_t)n) != 0 || fseeko(w->fp, at + (off_t)n, SEEK_SET) != 0) {
+        w->failed = 1;
+        return err_set("%s: cannot leave a hole of %zu bytes: %s", w->path, n, strerror(errno));
+    }
+    w->done += n;
+    return 0;
+}
+
 int st_writer_close(st_writer *w) {
     if (!w) return 0;
     int bad = w->failed || w->done != w->want;

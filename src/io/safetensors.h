@@ -64,6 +64,8 @@ int st_write(const char *path, const st_out *ts, int n, const char *metadata_jso
 typedef struct st_writer st_writer;
 st_writer *st_writer_open(const char *path, const st_out *ts, int n, const char *metadata_json);
 int st_writer_write(st_writer *w, const void *buf, size_t n);
+/* The next n data bytes as a hole (a sparse file: zeros that take no disk). */
+int st_writer_skip(st_writer *w, size_t n);
 /* Checks that exactly the announced bytes were written, closes; -1 on any error. */
 int st_writer_close(st_writer *w);
 /* Closes and deletes a partial file. */

@@ -11,7 +11,8 @@
 #include "base/settings.h"
 #include "model/model.h"
 
-model_scratch *model_scratch_new(const model *m, int max_T) {
+/* The scratch of one rank (or of a model without tensor parallelism). */
+static model_scratch *scratch_one(const model *m, int max_T) {
     const model_config *c = &m->cfg;
     long qd = 0, kd = 0, I = 0, E = 0, K = 0, Im = 0;
     for (int l = 0; l < c->n_layers; l++) {
@@ -46,7 +47,10 @@ model_scratch *model_scratch_new(const model *m, int max_T) {
         !ALLOC(s->ple, T * (size_t)LP * f, "per-layer inputs") || !ALLOC(s->ple_tok, T * (size_t)LP * f, "per-layer inputs") ||
         !ALLOC(s->pg, T * (size_t)c->ple_dim * f, "per-layer inputs") ||
         !ALLOC(s->qkv, (size_t)(qd + 2 * kd) * f, "activations") || !ALLOC(s->gu, 2 * (size_t)I * f, "activations") ||
-        !ALLOC(s->logits, T * (size_t)c->vocab * f, "logits") || !ALLOC(s->pos, T * sizeof(int32_t), "positions") ||
+        /* tensor parallelism: each rank's share of the logits, gathered into the
+         * whole logits on the process's first rank only */
+        !ALLOC(s->logits, m->tp && !m->tps ? 0 : T * (size_t)c->vocab * f, "logits") ||
+        !ALLOC(s->plogits, T * (size_t)m->vocab_w * f, "logits") || !ALLOC(s->pos, T * sizeof(int32_t), "positions") ||
         !ALLOC(s->tok, T * sizeof(int32_t), "token ids")) {
         model_scratch_free(s);
         return NULL;
@@ -55,10 +59,18 @@ model_scratch *model_scratch_new(const model *m, int max_T) {
     return s;
 }
 
+model_scratch *model_scratch_new(const model *m, int max_T) {
+    return m->tps ? model_tp_scratch(m, max_T, scratch_one) : scratch_one(m, max_T);
+}
+
 void model_scratch_free(model_scratch *s) {
     if (!s) return;
+    if (s->peer) {
+        for (int r = 1; r < s->n_peer; r++) model_scratch_free(s->peer[r]);
+        free(s->peer);
+    }
     void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->gate, s->up, s->ffn, s->xn2, s->router, s->sel,
-                    s->selw, s->moe_work, s->ple, s->ple_tok, s->pg, s->qkv, s->gu, s->logits, s->pos, s->tok};
+                    s->selw, s->moe_work, s->ple, s->ple_tok, s->pg, s->qkv, s->gu, s->logits, s->plogits, s->pos, s->tok};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) s->be->ops->release(s->be, bufs[i]);
     free(s->pos_host);
     free(s);
@@ -184,6 +196,7 @@ static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scra
         }
         op->attention_batch(b, q, s->pos, T, kvs, max_keys, kvs[0].dtype, &ap, s->att);
         op->matmul(b, &w->wo, s->att, s->xn, T);
+        if (p->tp_attn) op->all_reduce(b, s->xn, (long)T * H); /* row-parallel o_proj: partial sums */
         add_bias(b, s->xn, w->bo, T, H);
         owe(s, s->xn, w->attn_post_norm);
         return 0;
@@ -197,6 +210,7 @@ static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scra
         op->attention(b, q + r * qd, s->pos + r, Ti, &kv, &ap, s->att + r * qd);
     }
     op->matmul(b, &w->wo, s->att, s->xn, T);
+    if (p->tp_attn) op->all_reduce(b, s->xn, (long)T * H); /* row-parallel o_proj: partial sums */
     add_bias(b, s->xn, w->bo, T, H);
     owe(s, s->xn, w->attn_post_norm);
     return 0;
@@ -259,6 +273,7 @@ static void ffn_block(model *m, model_scratch *s, int l, int T) {
         }
         op->glu(b, g, u, (long)T * p->inter, (int)c->act);
         op->matmul(b, &w->down, g, s->xn, T);
+        if (p->tp_mlp) op->all_reduce(b, s->xn, (long)T * H); /* row-parallel down_proj: partial sums */
     }
     if (p->moe.n_experts > 0) {
         if (p->moe.beside_mlp) {
@@ -317,6 +332,10 @@ int model_is_decode_batch(const fwd_seq *seqs, int n_seqs) {
 }
 
 int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, const int32_t *tok, int all) {
+    return m->tps ? model_tp_forward(m, seqs, n_seqs, s, tok, all) : model_forward_rank(m, seqs, n_seqs, s, tok, all);
+}
+
+int model_forward_rank(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, const int32_t *tok, int all) {
     const model_config *c = &m->cfg;
     backend *b = m->be;
     const backend_ops *op = b->ops;
@@ -359,7 +378,12 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
     }
 
     /* x = embed(tok) * embed_scale; per-layer inputs read this scaled embedding */
-    op->embed(b, &m->embed, s->tok, T, c->embed_scale, s->x);
+    if (m->tp) { /* vocabulary-split: each rank's rows, the others' zeros, summed */
+        op->embed_range(b, &m->embed, s->tok, T, c->embed_scale, s->x, m->vocab_lo);
+        op->all_reduce(b, s->x, (long)T * H);
+    } else {
+        op->embed(b, &m->embed, s->tok, T, c->embed_scale, s->x);
+    }
     if (c->ple_dim > 0) per_layer_inputs(m, s, T);
 
     for (int l = 0; l < c->n_layers; l++) {
@@ -399,7 +423,12 @@ int model_forward_batch(model *m, const fwd_seq *seqs, int n_seqs, model_scratch
                             c->norm_plus_one);
         }
     }
-    if (R > 0) {
+    if (R > 0 && m->tp) {
+        /* this rank's vocabulary rows, then every rank's share into the first's logits */
+        op->matmul(b, &m->lm_head, s->xn, s->plogits, R);
+        if (c->final_softcap > 0) op->softcap(b, s->plogits, (long)R * m->lm_head.rows, c->final_softcap);
+        op->gather_cols(b, s->logits, s->plogits, R, m->vocab_w, c->vocab);
+    } else if (R > 0) {
         op->matmul(b, &m->lm_head, s->xn, s->logits, R);
         if (c->final_softcap > 0) op->softcap(b, s->logits, (long)R * c->vocab, c->final_softcap);
     }

@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "backend/tp_group.h"
 #include "base/json.h"
+#include "base/settings.h"
 #include "model/model.h"
 #include "model/registry.h"
 
@@ -108,7 +110,7 @@ static int bind_layer(model *m, int l) {
 }
 
 /* The widest row any product reads (bounds the backend's per-thread scratch). */
-static int64_t max_cols(const model *m) {
+int64_t model_max_cols(const model *m) {
     int64_t mc = m->cfg.hidden;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const layer_plan *p = &m->plan[l];
@@ -172,31 +174,45 @@ static uint64_t fingerprint(const model *m) {
     return h;
 }
 
-model *model_open(const char *dir, int n_threads, const char *device) {
-    model *m = calloc(1, sizeof *m);
-    if (!m) { err_set("out of memory"); return NULL; }
+int model_load(model *m) {
     snprintf(m->prefix, sizeof m->prefix, "model.");
     snprintf(m->head_name, sizeof m->head_name, "lm_head");
-    if (!(m->ck = ckpt_open(dir))) goto fail;
     const json_t *j = m->ck->config;
     const char *where = m->ck->config_path, *type;
-    if (jget_str(j, "model_type", NULL, &type, where)) goto fail;
-    if (!type) { err_set("%s: missing required key \"model_type\"", where); goto fail; }
+    if (jget_str(j, "model_type", NULL, &type, where)) return -1;
+    if (!type) return err_set("%s: missing required key \"model_type\"", where);
     snprintf(m->model_type, sizeof m->model_type, "%s", type);
     if (!(m->fam = registry_find(type))) {
         char known[512];
         registry_model_types(known, sizeof known);
-        err_set("%s: unknown model_type \"%s\" (supported: %s)", where, type, known);
-        goto fail;
+        return err_set("%s: unknown model_type \"%s\" (supported: %s)", where, type, known);
     }
-    if (quant_cfg_init(&m->quant, j, where) != 0) goto fail;
-    if (m->fam->describe(m, j, where) != 0) goto fail;
+    if (quant_cfg_init(&m->quant, j, where) != 0) return -1;
+    if (m->fam->describe(m, j, where) != 0) return -1;
     for (int r = 0; r < m->n_ropes; r++)
-        if (rope_table_init(&m->ropes[r], &m->rope_specs[r], m->cfg.head_dim) != 0) { err_prefix("%s", where); goto fail; }
-    if (!(m->lw = calloc((size_t)m->cfg.n_layers, sizeof *m->lw))) { err_set("out of memory"); goto fail; }
-    if (bind_model(m) != 0) goto fail;
+        if (rope_table_init(&m->ropes[r], &m->rope_specs[r], m->cfg.head_dim) != 0) return err_prefix("%s", where);
+    if (!(m->lw = calloc((size_t)m->cfg.n_layers, sizeof *m->lw))) return err_set("out of memory");
+    if (bind_model(m) != 0) return -1;
     m->fingerprint = fingerprint(m);
-    if (!(m->be = backend_open(device, n_threads, max_cols(m)))) goto fail;
+    return 0;
+}
+
+model *model_open(const char *dir, int n_threads, const char *device) {
+    model *m = calloc(1, sizeof *m);
+    if (!m) { err_set("out of memory"); return NULL; }
+    if (!(m->ck = ckpt_open(dir))) goto fail;
+    if (model_load(m) != 0) goto fail;
+    const long tp = setting_int(SET_CELER_TP);
+    if (tp != 0) {
+        /* --tp N (N >= 1): the split path, even at one rank */
+        if (tp < 0 || tp > TP_MAX_RANKS) {
+            err_set("--tp %ld (CELER_TP): want 1..%d ranks (0 or absent: no tensor parallelism)", tp, TP_MAX_RANKS);
+            goto fail;
+        }
+        if (model_tp_open(m, (int)tp, n_threads, device) != 0) goto fail;
+        return m;
+    }
+    if (!(m->be = backend_open(device, n_threads, model_max_cols(m)))) goto fail;
     if (model_precision_init(m) != 0) goto fail;
     if (model_upload(m) != 0) goto fail;
     return m;
@@ -207,6 +223,7 @@ fail:
 
 void model_free(model *m) {
     if (!m) return;
+    model_tp_close(m);
     model_release(m);
     if (m->lw)
         for (int l = 0; l < m->cfg.n_layers; l++) {
@@ -217,6 +234,8 @@ void model_free(model *m) {
     free(m->plan);
     for (int r = 0; r < MODEL_MAX_ROPES; r++) rope_table_free(&m->ropes[r]);
     backend_free(m->be);
-    ckpt_close(m->ck);
+    for (int i = 0; i < m->n_tp_owned; i++) free(m->tp_owned[i]);
+    free(m->tp_owned);
+    if (!m->ck_borrowed) ckpt_close(m->ck);
     free(m);
 }

@@ -89,6 +89,8 @@ typedef struct {
     int layer_scalar;  /* the stream is multiplied by a learned scalar at the end */
     float attn_scale;
     float attn_softcap; /* 0: none */
+    int tp_attn, tp_mlp; /* tensor parallelism: the attention / dense MLP output is this rank's
+                          * partial sum (row-parallel o_proj / down_proj), all-reduced (model/tp.c) */
 } layer_plan;
 
 /* The experts of one MoE layer, each a weight slice of the stacked tensors. */
@@ -187,7 +189,19 @@ struct model {
     uint64_t fingerprint;      /* identity for cache files (taken before any upload) */
     size_t weight_bytes;       /* bytes one token's forward reads */
     int64_t n_params;
+    /* tensor parallelism (model/tp.c, docs/tensor-parallel.md); all 0 when off */
+    int tp;                    /* ranks in the group (--tp; over all hosts), 0: off */
+    int tp_rank;               /* this model's global rank */
+    int tp_local;              /* rank 0 of a process: its ranks' count (its models ranks[]) */
+    struct tp_state *tps;      /* the process's first rank: the other ranks' models and threads */
+    int vocab_lo, vocab_w;     /* rows [vocab_lo, vocab_lo + vocab rows) of embed and lm_head are this
+                                * rank's; vocab_w: the columns of every rank's logits share */
+    int ck_borrowed;           /* ranks past the first share the first's checkpoint mapping */
+    void **tp_owned;           /* dense copies of column slices (CPU ranks) */
+    int n_tp_owned;
 };
+
+
 
 /* The precision settings (CELER_PRECISION, CELER_KV_DTYPE) checked and applied to
  * m->fast and m->kv_dtype for m's backend; -1 with a message naming the setting.
@@ -227,7 +241,7 @@ int rope_table_init(rope_table *t, const rope_spec *r, int head_dim);
 void rope_table_free(rope_table *t);
 
 /* Activations for up to max_T tokens at once, allocated once per session. */
-typedef struct {
+typedef struct model_scratch_s {
     int max_T;
     float *x;      /* [max_T, H] residual stream */
     float *xn;     /* [max_T, H] normed */
@@ -252,6 +266,9 @@ typedef struct {
     const float *owed, *owed_w; /* forward.c: a block output [T, H] not yet added to x (and its post-norm) */
     int32_t *pos_host; /* [max_T] the same on the host (cache bookkeeping) */
     backend *be;   /* allocated the buffers above (all but pos_host) */
+    float *plogits; /* tensor parallelism: [max_T, vocab_w] this rank's share of the logits */
+    struct model_scratch_s **peer; /* the first rank's: [n_peer] every local rank's scratch ([0] itself) */
+    int n_peer;
 } model_scratch;
 
 /* The buffers live in the model's backend memory (device memory on a GPU). */
@@ -314,4 +331,26 @@ typedef struct {
 int model_describe_llama(model *m, const json_t *config, const char *where, const llama_shape *s);
 /* "<prefix>layers.<l>.<name>" into buf. */
 const char *model_layer_name(const model *m, int l, const char *name, char *buf, size_t n);
+/* Tensor parallelism (model/tp.c). model_tp_open turns m (bound whole) into the
+ * process's first rank of CELER_TP ranks: the other ranks' models, every rank's plan
+ * and bindings cut to its shard, backends joined in a group, a thread per further
+ * rank. -1 with a message naming --tp. */
+int model_tp_open(model *m, int tp, int n_threads, const char *device);
+/* Describes and binds m->ck whole (model_open's first half; model/tp.c loads each
+ * rank with it). */
+int model_load(model *m);
+/* The widest row any product of m reads. */
+int64_t model_max_cols(const model *m);
+void model_tp_close(model *m);
+/* The KV caches a session of m holds: n_layers per local rank, rank-major. */
+int model_n_caches(const model *m);
+/* The model (rank) and layer that cache i of model_n_caches belongs to. */
+const model *model_cache_owner(const model *m, int i, int *layer);
+/* One rank's forward (model_forward_batch on a tensor-parallel model runs every
+ * local rank's at once, each on its thread, through this). */
+int model_forward_rank(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, const int32_t *tok, int all);
+/* forward.c's hooks into tp.c: the forward of every local rank at once, and a
+ * scratch per local rank (one() makes each). */
+int model_tp_forward(model *m, const fwd_seq *seqs, int n_seqs, model_scratch *s, const int32_t *tok, int all);
+model_scratch *model_tp_scratch(const model *m, int max_T, model_scratch *(*one)(const model *, int));
 #endif

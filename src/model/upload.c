@@ -71,9 +71,14 @@ static int each_vec(model *m, vec_fn fn, void *ctx) {
     return 0;
 }
 
+/* Synthetic weights (bench --synth): filled with random values on the device, the
+ * checkpoint's (a sparse file's holes) never read. */
+static int fill_mode(const model *m) { return m->be->ops->fill_weight && setting_flag(SET_CELER_SYNTH_FILL); }
+
 static int up_weight(model *m, weight *w, int in_major, void *ctx) {
     int *transposed = ctx;
     if (w->on_device) return 0; /* fused, or a view of a fused weight */
+    if (fill_mode(m)) return m->be->ops->fill_weight(m->be, w, 0x5eed0000ull + (uint64_t)m->tp_rank * 7919u + (uint64_t)w->rows * 31u + (uint64_t)w->cols);
     int rc = m->be->ops->upload_weight(m->be, w, in_major);
     if (rc < 0) return -1;
     if (rc == 1) *transposed = 1;
@@ -95,9 +100,45 @@ static int up_vec(model *m, float **v, int64_t n, void *ctx) {
 
 /* Fuses each layer's q|k|v and gate|up where the backend can (same format and
  * width): one product per decode step instead of three and two. */
+/* The fused weight of parts [n] made by fill_weight, the parts views of its rows. */
+static int fill_fused(model *m, weight *const *parts, int n, weight *out) {
+    const weight *p0 = parts[0];
+    weight f = *p0;
+    f.rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (parts[i]->fmt != p0->fmt || parts[i]->cols != p0->cols || parts[i]->bits != p0->bits) return 0;
+        f.rows += parts[i]->rows;
+    }
+    if (m->be->ops->fill_weight(m->be, &f, 0xf05edull + (uint64_t)m->tp_rank + (uint64_t)f.rows) != 0) return -1;
+    size_t od = 0, os = 0, ob = 0, d, sc, bi;
+    f.nbytes = 0;
+    for (int i = 0; i < n; i++) {
+        weight *w = parts[i];
+        weight_sizes(w, &d, &sc, &bi);
+        w->data = (const char *)f.data + od;
+        w->scales = f.scales ? (const char *)f.scales + os : NULL;
+        w->biases = f.biases ? (const char *)f.biases + ob : NULL;
+        w->src_cols = 0;
+        w->on_device = 2;
+        f.nbytes += w->nbytes;
+        od += d, os += sc, ob += bi;
+    }
+    *out = f;
+    return 0;
+}
+
 static int fuse_layers(model *m) {
     backend *b = m->be;
     if (!b->ops->upload_fused || !setting_flag(SET_CELER_FUSE)) return 0;
+    if (fill_mode(m)) {
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            layer_weights *w = &m->lw[l];
+            weight *qkv[3] = {&w->wq, &w->wk, &w->wv}, *gu[2] = {&w->gate, &w->up};
+            if (w->wq.data && w->wk.data && w->wv.data && fill_fused(m, qkv, 3, &w->wqkv) < 0) return -1;
+            if (w->gate.data && w->up.data && fill_fused(m, gu, 2, &w->wgu) < 0) return -1;
+        }
+        return 0;
+    }
     for (int l = 0; l < m->cfg.n_layers; l++) {
         layer_weights *w = &m->lw[l];
         weight *qkv[3] = {&w->wq, &w->wk, &w->wv}, *gu[2] = {&w->gate, &w->up};

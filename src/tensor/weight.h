@@ -25,6 +25,10 @@ typedef struct {
     scale_type stype;
     int bits, group;       /* quantized formats */
     size_t nbytes;         /* bytes one full product reads */
+    int64_t src_cols;      /* 0: rows are `cols` wide. Else a column slice (tensor parallelism,
+                            * model/tp.c): the stored rows are src_cols wide and data, scales and
+                            * biases point at the slice's first column; kernels never see one
+                            * (upload_weight, or model/tp.c on the CPU, makes it dense) */
     int on_device;         /* 1: data/scales/biases are a device backend's copies, owned here;
                             * 2: a view of rows of another weight's device copy */
 } weight;

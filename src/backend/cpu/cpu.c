@@ -183,6 +183,7 @@ static const backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .status = cpu_status,
     .bandwidth = cpu_bandwidth,
+    .tp_join = cpu_tp_join,
 #define CPU_OP_ENTRY(name, mode) .name = cpu_##name,
     BACKEND_OPS(CPU_OP_ENTRY)
 #undef CPU_OP_ENTRY

@@ -12,6 +12,7 @@ typedef struct {
     int64_t max_cols;
     float *scratch;        /* [n_threads, scratch_per] per-thread matmul scratch */
     long scratch_per;
+    struct tp_host_group_s *tp; /* the host group of a multi-rank model (collective.c), or NULL */
 } cpu_backend;
 
 /* Rows the portable kernel dequantizes at once. */
@@ -88,4 +89,6 @@ double cpu_fma_chains_avx512(long iters, float *sink);
 #define CPU_OP_PROTO(name, mode) void cpu_##name(backend *b OP_ARGS_##name(OPA_PARAM));
 BACKEND_OPS(CPU_OP_PROTO)
 #undef CPU_OP_PROTO
+/* backend_ops.tp_join: shared is the tp_host_group (collective.c). */
+int cpu_tp_join(backend *b, int rank, int world, void *shared);
 #endif

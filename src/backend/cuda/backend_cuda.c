@@ -87,7 +87,12 @@ static int status(backend *b) {
 static void *cuda_alloc(backend *b, size_t bytes) {
     cuda_backend *c = cu(b);
     void *p = NULL;
+    cuda_here(c); /* cudaMalloc allocates on the thread's current GPU */
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 16);
+    if (e == cudaSuccess && !cuda_ok(c, cudaMemsetAsync(p, 0, bytes ? bytes : 16, c->stream), "memset")) {
+        cudaFree(p);
+        return NULL;
+    }
     if (e != cudaSuccess) {
         cudaGetLastError();
         size_t fr = 0, tot = 0;
@@ -96,14 +101,11 @@ static void *cuda_alloc(backend *b, size_t bytes) {
                 fr / 1048576.0, tot / 1048576.0, cudaGetErrorString(e));
         return NULL;
     }
-    if (!cuda_ok(c, cudaMemsetAsync(p, 0, bytes ? bytes : 16, c->stream), "memset")) {
-        cudaFree(p);
-        return NULL;
-    }
     return p;
 }
 
 static void cuda_release(backend *b, void *p) {
+    cuda_here(cu(b));
     if (!p) return;
     cuda_step_stop(cu(b)); /* recorded ops may still use it */
     cudaStreamSynchronize(cu(b)->stream);
@@ -135,11 +137,13 @@ void cuda_stage_upload(cuda_backend *c, void *dst, const void *host, size_t n) {
 }
 
 static void cuda_upload(backend *b, void *dst, const void *host, size_t n) {
+    cuda_here(cu(b));
     if (!n || cu(b)->failed || cuda_step_upload(b, dst, host, n)) return;
     cuda_stage_upload(cu(b), dst, host, n);
 }
 
 static void cuda_download(backend *b, void *host, const void *src, size_t n) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     cuda_step_stop(c);
     if (c->failed) {
@@ -208,6 +212,31 @@ static int upload_weight(backend *b, weight *w, int transposed) {
         if (!w->data) return -1;
         w->on_device = 1;
         rc = 1;
+    } else if (w->src_cols) {
+        /* a rank's column slice (tensor parallelism): each array's rows copied with
+         * the stored rows' pitch, straight from the mapping */
+        weight one = *w, src = *w;
+        one.rows = src.rows = 1;
+        src.cols = w->src_cols;
+        size_t d[3], sp[3];
+        weight_sizes(&one, &d[0], &d[1], &d[2]);
+        weight_sizes(&src, &sp[0], &sp[1], &sp[2]);
+        const void *h[3] = {w->data, w->scales, w->biases};
+        const void **f[3] = {&w->data, &w->scales, &w->biases};
+        w->data = w->scales = w->biases = NULL;
+        w->on_device = 1;
+        w->src_cols = 0;
+        for (int a = 0; a < 3; a++) {
+            if (!h[a] || !d[a]) continue;
+            void *p = cuda_alloc(b, d[a] * (size_t)w->rows);
+            if (!p) {
+                release_weight(b, w);
+                return -1;
+            }
+            *f[a] = p;
+            cuda_ok(c, cudaMemcpy2DAsync(p, d[a], h[a], sp[a], d[a], (size_t)w->rows, cudaMemcpyHostToDevice, c->stream),
+                    "upload (column slice)");
+        }
     } else {
         size_t nd, ns, nb;
         weight_sizes(w, &nd, &ns, &nb);
@@ -244,6 +273,40 @@ static int upload_weight(backend *b, weight *w, int transposed) {
     }
     if (c->failed) return take_failure(c);
     return rc;
+}
+
+/* backend_ops.fill_weight: random arrays of w's shape made on the device. */
+static int fill_weight(backend *b, weight *w, uint64_t seed) {
+    cuda_backend *c = cu(b);
+    w->src_cols = 0;
+    size_t n[3];
+    weight_sizes(w, &n[0], &n[1], &n[2]);
+    const int have[3] = {1, w->scales != NULL, w->biases != NULL};
+    const void **f[3] = {&w->data, &w->scales, &w->biases};
+    w->data = w->scales = w->biases = NULL;
+    w->on_device = 1;
+    const int ss = w->stype == SC_F32 ? 4 : 2, sk = w->stype == SC_F32 ? 3 : w->stype == SC_F16 ? 2 : 1;
+    for (int a = 0; a < 3; a++) {
+        if (!have[a] || !n[a]) continue;
+        void *p = cuda_alloc(b, n[a]);
+        if (!p) {
+            release_weight(b, w);
+            return -1;
+        }
+        *f[a] = p;
+        int rc = 0;
+        if (a == 0 && (w->fmt == WF_AFFINE || w->fmt == WF_MXFP4)) rc = cuk_fill(p, n[a], 0, 0, 0, seed, c->stream);
+        else if (a == 0) rc = cuk_fill(p, n[a] / (w->fmt == WF_F32 ? 4 : 2), w->fmt == WF_F32 ? 3 : w->fmt == WF_F16 ? 2 : 1,
+                                       -0.03f, 0.03f, seed, c->stream);
+        else if (w->fmt == WF_MXFP4) rc = cuda_ok(c, cudaMemsetAsync(p, 120, n[a], c->stream), "fill") ? 0 : -1; /* 2^-7 */
+        else rc = cuk_fill(p, n[a] / (size_t)ss, sk, a == 1 ? 0.001f : -0.01f, a == 1 ? 0.003f : 0.0f, seed + (uint64_t)a,
+                           c->stream);
+        if (rc != 0) {
+            release_weight(b, w);
+            return -1;
+        }
+    }
+    return take_failure(c);
 }
 
 /* One allocation per array (data, scales, biases) holding every part's rows in order. */
@@ -438,7 +501,8 @@ static void destroy(backend *b) {
         cuda_steps_free(c);
         for (int i = 0; i < 2; i++)
             if (c->prof_ev[i]) cudaEventDestroy(c->prof_ev[i]);
-        grow_buf *g[] = {&c->mv, &c->xbf, &c->wbf, &c->att, &c->moe_idx, &c->moe_w, &c->smp, &c->y2};
+        cuda_tp_leave(c);
+        grow_buf *g[] = {&c->mv, &c->xbf, &c->wbf, &c->att, &c->moe_idx, &c->moe_w, &c->smp, &c->y2, &c->gath};
         for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) cudaFree(g[i]->p);
         if (c->blas) cublasDestroy(c->blas);
         cudaFree(c->blas_ws);
@@ -475,6 +539,10 @@ static const backend_ops cuda_ops = {
     .sampled = cuda_sampled,
     .sample_rows = cuda_sample_rows,
     .sampled_rows = cuda_sampled_rows,
+    .tp_join = cuda_tp_join,
+    .tp_unique_id = cuda_tp_unique_id,
+    .use_here = cuda_use_here,
+    .fill_weight = fill_weight,
 #define CUDA_OP_ENTRY(name, mode) .name = cuda_##name,
     BACKEND_OPS(CUDA_OP_ENTRY)
 #undef CUDA_OP_ENTRY

@@ -106,6 +106,9 @@ typedef struct {
     cudaEvent_t prof_ev[2];
     double prof_ms[SOP_KINDS + 1], prof_bytes[SOP_KINDS + 1]; /* [SOP_KINDS]: matrix-vector products */
     long prof_n[SOP_KINDS + 1];
+    /* tensor parallelism (nccl.c) */
+    void *nccl;           /* ncclComm_t of this rank, or NULL */
+    grow_buf gath;        /* gather_cols: every rank's part */
     /* CELER_STATS counters */
     long n_forwards, n_calls, n_uploads, n_waits, n_replays, n_captures;
     double t_enqueue, t_wait, t_mark, t_wait_start; /* t_mark: the end of the last wait */
@@ -115,6 +118,15 @@ typedef struct {
 #define CUBLAS_WORKSPACE ((size_t)32 << 20)
 
 static inline cuda_backend *cu(backend *b) { return b->impl; }
+
+/* Makes the backend's GPU the calling thread's current device. Every entry that
+ * allocates or enqueues calls it first: with tensor parallelism one thread (the
+ * engine's) also reaches other ranks' backends (their caches and scratch), and a
+ * stream only takes work from a thread whose current device is its own. */
+static inline void cuda_here(const cuda_backend *c) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != c->id) cudaSetDevice(c->id);
+}
 
 /* Runs a kernel launcher unless an earlier op failed; keeps its failure. */
 #define RUN(call) do { c->n_calls++; if (!c->failed && (call) != 0) cuda_fail(c); } while (0)
@@ -153,6 +165,16 @@ void cuda_step_stop(cuda_backend *c);
 /* Drops every captured graph (a work buffer they use moved). */
 void cuda_steps_forget(cuda_backend *c);
 void cuda_steps_free(cuda_backend *c);
+/* nccl.c: the tensor-parallel group (backend_ops.tp_unique_id, tp_join) and its
+ * collectives, launched on st (captured inside a recorded step's graph). */
+int cuda_tp_unique_id(backend *b, void *id);
+int cuda_tp_join(backend *b, int rank, int world, void *shared);
+void cuda_use_here(backend *b);
+void cuda_tp_leave(cuda_backend *c);
+int cuda_nccl_all_reduce(cuda_backend *c, float *x, long n, cudaStream_t st);
+/* work: [tp_world, T, w] floats (gath) */
+int cuda_nccl_gather_cols(cuda_backend *c, float *full, const float *part, int T, int w, int W, void *work,
+                          cudaStream_t st);
 /* CELER_PROFILE: the per-kind GPU times, printed when the backend is destroyed */
 void cuda_profile_print(const cuda_backend *c);
 #endif

@@ -53,6 +53,8 @@ int cuk_gemm(void *cublas, const weight *w, const float *x, float *y, int T, uin
 int cuk_gemm2(void *cublas, const weight *w, const float *x, float *y, int T, uint16_t *xbf, uint16_t *wbf,
               int64_t wbf_rows, float *y2, int fast, cuk_stream s);
 size_t cuk_gemm_y2_elems(int T, int64_t rows);
+/* p [n elements] random (fill.cu): kind 0 bytes; 1 bf16, 2 f16, 3 f32 uniform in [lo, hi) */
+int cuk_fill(void *p, size_t n, int kind, float lo, float hi, uint64_t seed, cuk_stream s);
 /* dst [n] = bf16(src [n]) */
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);
 /* The launcher of every KERNEL op of backend/ops_list.h (contracts there):

@@ -244,6 +244,22 @@ extern "C" int cuk_embed(const weight *w, const int32_t *tok, int T, float scale
     return cuk_check("embed");
 }
 
+/* a rank's share of a vocabulary-split embedding: rows tok - lo, zero outside its rows */
+__global__ void kernel_embed_range(const weight w, const int32_t *tok, int T, float scale, float *x, int lo) {
+    cuk_pdl_start();
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)T * w.cols) return;
+    const int t = (int)(i / w.cols);
+    const int64_t r = (int64_t)tok[t] - lo, j = i % w.cols;
+    x[i] = r >= 0 && r < w.rows ? weight_elem(w, r, j) * scale : 0.f;
+}
+
+extern "C" int cuk_embed_range(const weight *w, const int32_t *tok, int T, float scale, float *x, int lo, cuk_stream s) {
+    long n = (long)T * w->cols;
+    cuk_launch(kernel_embed_range, blocks_for(n, 256), 256, 0, (cudaStream_t)s, *w, tok, T, scale, x, lo);
+    return cuk_check("embed_range");
+}
+
 /* cache slots [slot, slot + n) <- rows k, v [n, row] and positions pos [n]; slot from
  * *slot_dev when it is not NULL (a recorded step reads it at replay time). KT: the
  * cache's element type (bf16 rows rounded to nearest even, as the host rounds). */

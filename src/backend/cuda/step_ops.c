@@ -61,6 +61,11 @@ static int reserve_work(cuda_backend *c, const step_op *e) {
                (!wrows || cuda_grow(c, &c->wbf, cuk_gemm_wbf_elems(wrows, w->cols) * 2, "gemm staging")) &&
                (!y2 || cuda_grow(c, &c->y2, y2, "gemm staging"));
     }
+    case SOP_gather_cols: /* every rank's part, gathered before the columns move */
+        return !c->nccl || cuda_grow(c, &c->gath,
+                                     (size_t)c->self->tp_world * (size_t)e->u.gather_cols.T * (size_t)e->u.gather_cols.w *
+                                         sizeof(float),
+                                     "gather work") != NULL;
     case SOP_sample:
         return cuda_grow(c, &c->smp, cuk_sample_work(e->u.smp.V) * (size_t)(e->u.smp.rows > 0 ? e->u.smp.rows : 1),
                          "sampler work") != NULL;
@@ -167,6 +172,14 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
         const op_attention_batch_args *a = &e->u.attention_batch;
         RUN(cuk_attention_batch(a->q, a->qpos, a->n, (const cuk_attn_seq *)vals, a->max_keys, &a->p, a->dtype, a->out,
                                 c->att.p, st));
+        break;
+    }
+    case SOP_all_reduce:
+        RUN(cuda_nccl_all_reduce(c, e->u.all_reduce.x, e->u.all_reduce.n, st));
+        break;
+    case SOP_gather_cols: {
+        const op_gather_cols_args *a = &e->u.gather_cols;
+        RUN(cuda_nccl_gather_cols(c, a->full, a->part, a->T, a->w, a->W, c->gath.p, st));
         break;
     }
     case SOP_put_batch:
@@ -311,6 +324,7 @@ static step_op op_new(int kind) {
 }
 
 int cuda_step_begin(backend *b, int T) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     if (c->graphs_off < 0) /* first call: CELER_GRAPH=0 turns graphs off for A/B runs */
         c->graphs_off = !setting_flag(SET_CELER_GRAPH);
@@ -367,6 +381,7 @@ static step_graph *capture(cuda_backend *c) {
 }
 
 void cuda_step_end(backend *b) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     if (!c->recording) return;
     close_put(c);
@@ -543,6 +558,7 @@ static int custom_record(cuda_backend *c, step_op *e) {
 #define CUDA_OP_RECORDER(name)                                 \
     void cuda_##name(backend *b OP_ARGS_##name(OPA_PARAM)) {   \
         cuda_backend *c_ = cu(b);                              \
+        cuda_here(c_);                                         \
         step_op o_ = op_new(SOP_##name);                       \
         op_##name##_args *a_ = &o_.u.name;                     \
         OP_ARGS_##name(OPA_STORE)                              \
@@ -554,6 +570,7 @@ BACKEND_OPS(CUDA_OP_RECORDER_IF)
 #undef CUDA_OP_RECORDER
 
 void cuda_step_copy(backend *b, void *dst, const void *src, size_t n) {
+    cuda_here(cu(b));
     step_op e = op_new(SOP_copy);
     e.u.copy.dst = dst;
     e.u.copy.src = src;
@@ -599,6 +616,7 @@ static int sampled_wait(cuda_backend *c, int slot) {
 }
 
 int cuda_sample(backend *b, const float *logits, int V, const sample_params *p, double u, int32_t *tok, int slot) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     step_op e = op_new(SOP_sample);
     e.u.smp.p = kernel_params(p);
@@ -613,6 +631,7 @@ int cuda_sample(backend *b, const float *logits, int V, const sample_params *p, 
 }
 
 int32_t cuda_sampled(backend *b, int slot) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     if (sampled_wait(c, slot) != 0) return -1;
     return ((volatile int32_t *)c->sampled)[(long)slot * SAMPLE_MAX_ROWS];
@@ -620,6 +639,7 @@ int32_t cuda_sampled(backend *b, int slot) {
 
 int cuda_sample_rows(backend *b, const float *logits, int V, int n, const sample_params *p, const double *u, int32_t *tok,
                      int slot) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     if (n <= 0 || n > SAMPLE_MAX_ROWS || slot < 0 || slot >= SAMPLE_SLOTS || !c->sampled) return -1;
     /* values: the draws, then the parameters */
@@ -652,6 +672,7 @@ int cuda_sample_rows(backend *b, const float *logits, int V, int n, const sample
 }
 
 int cuda_sampled_rows(backend *b, int slot, int32_t *out, int n) {
+    cuda_here(cu(b));
     cuda_backend *c = cu(b);
     if (sampled_wait(c, slot) != 0) return -1;
     const volatile int32_t *h = (const volatile int32_t *)c->sampled + (long)slot * SAMPLE_MAX_ROWS;
