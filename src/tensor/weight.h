@@ -27,6 +27,8 @@ typedef struct {
     size_t nbytes;         /* bytes one full product reads */
     int on_device;         /* 1: data/scales/biases are a device backend's copies, owned here;
                             * 2: a view of rows of another weight's device copy */
+    void *packed;          /* CPU: the GEMM's panels, packed once at load and owned here
+                            * (backend/cpu/pack.c), or NULL: the data is then packed per product */
 } weight;
 
 /* Bytes of w's arrays for its [rows, cols]: data, scales and biases (0 for an array

@@ -150,12 +150,14 @@ static void cpu_copy(backend *b, void *dst, const void *src, size_t n) {
     if (n) memmove(dst, src, n);
 }
 
+/* The weights stay where they are bound (the file mapping); a layer's dense
+ * projections get their GEMM panels packed once (pack.c). */
 static int cpu_upload_weight(backend *b, weight *w, int transposed) {
-    (void)b; (void)w; (void)transposed;
-    return 0;
+    (void)b;
+    return transposed ? 0 : mm_pack_weight(w);
 }
 
-static void cpu_release_weight(backend *b, weight *w) { (void)b; (void)w; }
+static void cpu_release_weight(backend *b, weight *w) { (void)b; mm_unpack_weight(w); }
 
 static int cpu_status(backend *b) { (void)b; return 0; }
 
@@ -166,6 +168,7 @@ static void cpu_destroy(backend *b) {
     if (c) {
         pool_free(c->pool);
         free(c->scratch);
+        free(c->xprep);
         free(c);
     }
     free(b);
