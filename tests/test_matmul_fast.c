@@ -18,6 +18,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "base/mem.h"
+#include "base/settings.h"
 #include "harness.h"
 #include "tensor/dtype.h"
 
@@ -321,6 +322,7 @@ static void backend_fast(void) {
 }
 
 int main(void) {
+    setting_override(SET_CELER_CPU_INT8, "1"); /* the int8 kernels are tested whatever the default */
     printf("this CPU runs up to: %s (bf16 %d, vnni %d)\n", cpu_level_name(cpu_level_hw()), cpu_has_avx512_bf16(),
            cpu_has_avx512_vnni());
     RUN(reference_rounds);
