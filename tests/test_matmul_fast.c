@@ -110,6 +110,8 @@ static double max_rel(const float *a, const float *b, const double *scale, long 
     return m;
 }
 
+static int g_qbf16; /* rounded_ref of affine weights: the bf16 rounding (weights and activations) */
+
 /* The rounding each kind defines, computed here in double: bf16(x) for bf16 weights;
  * d_b * round(x / d_b), d_b = max|x_b| / 127 per block of 32, for the codes of affine
  * weights, whose bias terms take the unrounded sums. */
@@ -123,7 +125,8 @@ static void rounded_ref(const weight *w, const float *x, int T, double *out) {
             double amax = 0;
             for (long j = b * 32; j < (b + 1) * 32 && j < n; j++) amax = fmax(amax, fabs(xt[j]));
             for (long j = b * 32; j < (b + 1) * 32 && j < n; j++)
-                xr[j] = w->fmt == WF_BF16 ? bf16_to_f32(f32_to_bf16(xt[j])) : amax / 127.0 * (double)roundf(xt[j] * (127.0f / (float)amax));
+                xr[j] = w->fmt == WF_BF16 || g_qbf16 ? bf16_to_f32(f32_to_bf16(xt[j]))
+                                                     : amax / 127.0 * (double)roundf(xt[j] * (127.0f / (float)amax));
         }
         for (long r = 0; r < w->rows; r++) {
             weight_row_f32(w, r, row);
@@ -138,8 +141,9 @@ static void rounded_ref(const weight *w, const float *x, int T, double *out) {
                     sc = w->stype == SC_F32 ? ((const float *)w->scales)[i] : w->stype == SC_BF16 ? bf16_to_f32(((const uint16_t *)w->scales)[i]) : f16_to_f32(((const uint16_t *)w->scales)[i]);
                     bi = w->stype == SC_F32 ? ((const float *)w->biases)[i] : w->stype == SC_BF16 ? bf16_to_f32(((const uint16_t *)w->biases)[i]) : f16_to_f32(((const uint16_t *)w->biases)[i]);
                     for (long j = g * w->group; j < (g + 1) * w->group; j++) {
-                        const double q = ((double)row[j] - bi) / sc; /* the code (exact up to float rounding) */
-                        s += sc * round(q) * xr[j] + (double)bi * xt[j];
+                        const double q = round(((double)row[j] - bi) / sc); /* the code */
+                        if (g_qbf16) s += (double)bf16_to_f32(f32_to_bf16(fmaf((float)q, sc, bi))) * xr[j];
+                        else s += sc * q * xr[j] + (double)bi * xt[j];
                     }
                 }
             }
@@ -153,9 +157,10 @@ static void rounded_ref(const weight *w, const float *x, int T, double *out) {
  * being real: the result leaves the exact product by more than float noise and by
  * less than the rounding's bound. */
 static void reference_rounds(void) {
-    struct { weight_fmt f; long rows, cols; int bits, group, T; } cs[] = {
-        {WF_BF16, 37, 53, 0, 0, 9}, {WF_BF16, 20, 256, 0, 0, 17}, {WF_AFFINE, 37, 288, 4, 32, 3},
-        {WF_AFFINE, 21, 192, 8, 64, 5}, {WF_AFFINE, 16, 384, 4, 128, 1}};
+    struct { weight_fmt f; long rows, cols; int bits, group, T, q; } cs[] = {
+        {WF_BF16, 37, 53, 0, 0, 9, 0}, {WF_BF16, 20, 256, 0, 0, 17, 0}, {WF_AFFINE, 37, 288, 4, 32, 3, 0},
+        {WF_AFFINE, 21, 192, 8, 64, 5, 0}, {WF_AFFINE, 16, 384, 4, 128, 1, 0}, {WF_AFFINE, 37, 288, 4, 32, 9, 1},
+        {WF_AFFINE, 21, 192, 8, 64, 13, 1}, {WF_AFFINE, 19, 150, 3, 50, 10, 1}};
     for (size_t c = 0; c < sizeof cs / sizeof *cs; c++) {
         tw t = tw_random(cs[c].f, cs[c].rows, cs[c].cols, cs[c].bits, cs[c].group, SC_BF16);
         const int T = cs[c].T;
@@ -163,10 +168,13 @@ static void reference_rounds(void) {
         float *x = rnd_x((long)T * cs[c].cols), *y = malloc((size_t)n * 4), *ye = malloc((size_t)n * 4);
         double *ref = malloc((size_t)n * 8), *sc = malloc((size_t)n * 8);
         float *s = scratch_for(cs[c].cols);
-        const int bf = cs[c].f == WF_BF16;
-        void *xp = prep(&t.w, x, T, bf ? MM_PREP_BF16 : MM_PREP_Q8);
-        CHECK(mm_fast_kind(&t.w, T) == (bf ? MM_FAST_BF16 : MM_FAST_Q8), "case %zu: kind %d", c, mm_fast_kind(&t.w, T));
-        (bf ? mm_fast_portable_bf16 : mm_fast_portable_q8)(&t.w, xp, y, T, 0, cs[c].rows, s);
+        const int bf = cs[c].f == WF_BF16, qb = cs[c].q;
+        g_qbf16 = qb;
+        setting_override(SET_CELER_CPU_INT8, qb ? "0" : "1");
+        void *xp = prep(&t.w, x, T, bf ? MM_PREP_BF16 : qb ? MM_PREP_ROUND : MM_PREP_Q8);
+        const int want = bf ? MM_FAST_BF16 : qb ? MM_FAST_QBF16 : MM_FAST_Q8;
+        CHECK(mm_fast_kind(&t.w, T) == want, "case %zu: kind %d", c, mm_fast_kind(&t.w, T));
+        (bf ? mm_fast_portable_bf16 : qb ? mm_fast_portable_qbf16 : mm_fast_portable_q8)(&t.w, xp, y, T, 0, cs[c].rows, s);
         mm_portable(&t.w, x, ye, T, 0, cs[c].rows, s);
         rounded_ref(&t.w, x, T, ref);
         abs_dot(&t.w, x, T, sc);
@@ -177,11 +185,13 @@ static void reference_rounds(void) {
         }
         CHECK(worst < 1e-5, "case %zu: portable %s vs the rounding in double: rel %g", c, bf ? "bf16" : "q8", worst);
         /* bf16: 2^-9 relative per activation; int8: half a step of max|x| / 127 */
-        const double bound = bf ? 1.0 / 256 : 2.0 / 127;
+        const double bound = bf || qb ? 1.0 / 128 : 2.0 / 127;
         CHECK(moved > 1e-4 && moved < bound, "case %zu: fast leaves exact by %g (want (1e-4, %g))", c, moved, bound);
         free(x); free(y); free(ye); free(ref); free(sc); free(s); free(xp);
         tw_free(&t);
     }
+    setting_override(SET_CELER_CPU_INT8, "1");
+    g_qbf16 = 0;
 }
 
 static int level;
@@ -190,14 +200,17 @@ static int level;
 static void check_fast(const weight *w, int T) {
     const long rows = (long)w->rows, cols = (long)w->cols;
     mm_fast f;
-    CHECK(mm_fast_select_level(w, T, level, &f) == 1, "%s: no fast kernel for fmt %d T=%d", cpu_level_name(level), w->fmt, T);
+    if (!mm_fast_select_level(w, T, level, &f)) {
+        CHECK(0, "%s: no fast kernel for fmt %d T=%d", cpu_level_name(level), w->fmt, T);
+        return;
+    }
     float *x = rnd_x((long)T * cols);
     float *y0 = malloc((size_t)T * rows * 4), *y1 = malloc((size_t)T * rows * 4), *y2 = malloc((size_t)T * rows * 4);
     double *sc = malloc((size_t)T * rows * 8);
     float *s = scratch_for(cols);
-    const int bf = f.kind == MM_FAST_BF16;
-    void *xr = prep(w, x, T, bf ? MM_PREP_BF16 : MM_PREP_Q8), *xk = prep(w, x, T, f.prep);
-    (bf ? mm_fast_portable_bf16 : mm_fast_portable_q8)(w, xr, y0, T, 0, rows, s);
+    const int bf = f.kind == MM_FAST_BF16, qb = f.kind == MM_FAST_QBF16;
+    void *xr = prep(w, x, T, bf ? MM_PREP_BF16 : qb ? MM_PREP_ROUND : MM_PREP_Q8), *xk = prep(w, x, T, f.prep);
+    (bf ? mm_fast_portable_bf16 : qb ? mm_fast_portable_qbf16 : mm_fast_portable_q8)(w, xr, y0, T, 0, rows, s);
     for (long i = 0; i < T * rows; i++) y1[i] = y2[i] = NAN;
     f.k(w, xk, y1, T, 0, rows, s);
     long a = rows < 7 ? rows : 7, b = a + (rows - a) / 3;
@@ -211,8 +224,9 @@ static void check_fast(const weight *w, int T) {
           cpu_level_name(level), w->fmt, w->bits, w->group, rows, cols, T, kn, e);
     CHECK(memcmp(y1, y2, (size_t)T * rows * 4) == 0, "%s: %ldx%ld T=%d \"%s\": row split changed the result",
           cpu_level_name(level), rows, cols, T, kn);
+    if (level == CPU_AVX512 && qb && cpu_has_avx512_bf16()) CHECK(strstr(kn, "affine->bf16") != NULL, "avx512+bf16 chose \"%s\"", kn);
     if (level == CPU_AVX512 && bf && cpu_has_avx512_bf16()) CHECK(strstr(kn, "vdpbf16ps") != NULL, "avx512+bf16 chose \"%s\"", kn);
-    if (level == CPU_AVX512 && !bf && cpu_has_avx512_vnni()) CHECK(strstr(kn, "vpdpbusd") != NULL, "avx512+vnni chose \"%s\"", kn);
+    if (level == CPU_AVX512 && f.kind == MM_FAST_Q8 && cpu_has_avx512_vnni()) CHECK(strstr(kn, "vpdpbusd") != NULL, "avx512+vnni chose \"%s\"", kn);
     free(x); free(y0); free(y1); free(y2); free(sc); free(s); free(xr); free(xk);
 }
 
@@ -239,7 +253,17 @@ static void fast_kernels(void) {
     tw t = tw_random(WF_AFFINE, 48, 1024, 4, 64, SC_BF16); /* qwen3-0.6b's q4 shape */
     check_fast(&t.w, 1);
     check_fast(&t.w, 40);
+    setting_override(SET_CELER_CPU_INT8, "0"); /* the default: prefill of any affine width through bf16 */
+    check_fast(&t.w, 40);
     tw_free(&t);
+    const int all_bits[] = {2, 3, 4, 5, 6, 8}, aT[] = {9, 16, 29, 129};
+    for (int b = 0; b < 6; b++)
+        for (int g = 0; g < 3; g++) {
+            tw u = tw_random(WF_AFFINE, 37 + 2 * g, (long)groups[g] * (g == 0 ? 9 : 3), all_bits[b], groups[g], sts[(b + g) % 3]);
+            check_fast(&u.w, aT[(b + g) % 4]);
+            tw_free(&u);
+        }
+    setting_override(SET_CELER_CPU_INT8, "1");
 }
 
 static void all_levels(void) {

@@ -93,7 +93,7 @@ const uint32_t *mm_bf16_panel(const weight *w, long r, uint32_t *own);
  * rounding (mm_fast_kind) runs on prepared activations: cpu_matmul prepares x once
  * (mm_fast_prep_rows, all threads) into a buffer of mm_fast_prep_bytes, then runs
  * the kernel with that buffer as its x (an mm_kernel whose x is the prepared rows). */
-enum { MM_FAST_NONE = 0, MM_FAST_BF16 = 1, MM_FAST_Q8 = 2 };
+enum { MM_FAST_NONE = 0, MM_FAST_BF16 = 1, MM_FAST_Q8 = 2, MM_FAST_QBF16 = 3 };
 enum { MM_PREP_NONE = 0, MM_PREP_ROUND = 1, MM_PREP_BF16 = 2, MM_PREP_Q8 = 3 };
 /* bf16 weights round their activations from this T on (prefill; decode is bound by
  * reading the weights, which rounding does not change). */
@@ -113,9 +113,13 @@ void mm_fast_prep_rows(const weight *w, const float *x, int t0, int t1, int prep
 long mm_q8_row_bytes(const weight *w);
 void mm_q8_row_parts(const weight *w, const void *row, const int8_t **q, const float **dexp, const float **gsum,
                      const float **d);
-/* Portable kernels of the two roundings (x: MM_PREP_BF16 / MM_PREP_Q8 rows). */
+/* Portable kernels of the roundings (x: MM_PREP_BF16 / MM_PREP_Q8 / MM_PREP_ROUND rows). */
 void mm_fast_portable_bf16(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
 void mm_fast_portable_q8(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
+void mm_fast_portable_qbf16(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
+/* The avx2 GEMM with its float32 panel rounded to bf16 values (MM_FAST_QBF16 on
+ * MM_PREP_ROUND rows; matmul_avx2.c). */
+void mm_gemm_avx2_wround(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
 /* avx512 with AVX512_BF16 / AVX512_VNNI (matmul_avx512dot.c): the kernel of `kind`,
  * or NULL where this processor lacks the instruction or the shape has none. */
 mm_kernel mm_fast_select_avx512dot(const weight *w, int T, int kind);

@@ -10,6 +10,12 @@
  *    activation's rounding (2^-9 relative). avx512 with AVX512_BF16 runs vdpbf16ps
  *    on prepared bf16 rows (MM_PREP_BF16); elsewhere the activations are rounded in
  *    place of a float copy (MM_PREP_ROUND) and the exact kernels run on that.
+ *  - affine weights (any width) at T >= MM_FAST_MIN_T, unless CELER_CPU_INT8: each
+ *    weight dequantized in float32 (code * scale + bias, one fused multiply-add) and
+ *    rounded once to bf16, as the GPU's fast path does; activations rounded to bf16;
+ *    float32 sums. avx512 with AVX512_BF16: the dequantized panel in pair layout into
+ *    the vdpbf16ps GEMM; avx2: its GEMM on a panel rounded in place; generic:
+ *    mm_fast_portable_qbf16.
  *  - with CELER_CPU_INT8=1 only (it fails the evidence rule: on the quantized
  *    fixtures it lands 5-6x outside transformers' bf16 envelope, docs/cpu-kernels.md):
  *    affine 4- and 8-bit weights (group % 32 == 0), every T: each block of 32
@@ -31,6 +37,7 @@ int mm_fast_kind(const weight *w, int T) {
     if (w->fmt == WF_AFFINE && setting_flag(SET_CELER_CPU_INT8) && (w->bits == 4 || w->bits == 8) && w->group % 32 == 0 && w->group > 0 &&
         w->cols % w->group == 0)
         return MM_FAST_Q8;
+    if (w->fmt == WF_AFFINE && T >= MM_FAST_MIN_T) return MM_FAST_QBF16;
     return MM_FAST_NONE;
 }
 
@@ -192,6 +199,37 @@ static void fast_portable_q8(const weight *w, const float *xp, float *y, int T, 
     }
 }
 
+static uint32_t code_at(const weight *w, long r, long j) {
+    return affine_code((const uint32_t *)w->data + r * ((long)w->cols * w->bits / 32), w->bits, j);
+}
+
+/* Affine weights dequantized (fmaf, as the panel packers do) and rounded to bf16,
+ * against MM_PREP_ROUND rows (activations already bf16 values). */
+static void fast_portable_qbf16(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
+    const long n = (long)w->cols, ng = n / w->group;
+    for (long r = r0; r < r1; r++) {
+        for (long j = 0; j < n; j++) {
+            const long g = r * ng + j / w->group;
+            const float v = fmaf((float)code_at(w, r, j), scale_at(w->scales, w->stype, g), scale_at(w->biases, w->stype, g));
+            scratch[j] = bf16_to_f32(f32_to_bf16(v));
+        }
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (long)t * n;
+            float acc[8] = {0};
+            long j = 0;
+            for (; j + 8 <= n; j += 8)
+                for (int k = 0; k < 8; k++) acc[k] += scratch[j + k] * xt[j + k];
+            float s = 0;
+            for (; j < n; j++) s += scratch[j] * xt[j];
+            y[(long)t * w->rows + r] = s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        }
+    }
+}
+
+void mm_fast_portable_qbf16(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
+    fast_portable_qbf16(w, x, y, T, r0, r1, scratch);
+}
+
 int mm_fast_select_level(const weight *w, int T, int level, mm_fast *f) {
     const int kind = mm_fast_kind(w, T);
     if (level > cpu_level_hw()) level = cpu_level_hw();
@@ -200,7 +238,12 @@ int mm_fast_select_level(const weight *w, int T, int level, mm_fast *f) {
     f->k = NULL;
     if (kind == MM_FAST_NONE) return 0;
     if (level >= CPU_AVX512 && (f->k = mm_fast_select_avx512dot(w, T, kind))) {
-        f->prep = kind == MM_FAST_BF16 ? MM_PREP_BF16 : MM_PREP_Q8;
+        f->prep = kind == MM_FAST_Q8 ? MM_PREP_Q8 : MM_PREP_BF16;
+        return 1;
+    }
+    if (kind == MM_FAST_QBF16) {
+        f->prep = MM_PREP_ROUND;
+        f->k = level >= CPU_AVX2 ? mm_gemm_avx2_wround : mm_fast_portable_qbf16;
         return 1;
     }
     if (kind == MM_FAST_BF16) { /* the level's exact kernel on rounded activations */

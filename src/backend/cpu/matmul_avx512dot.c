@@ -8,7 +8,9 @@
  *    32-bit pair of activations broadcast per row: two multiply-adds per lane and
  *    instruction, twice the float32 FMA rate. The panel is the weight's packed copy
  *    when it has one (weights packed at load), else packed per call.
- *  - affine 4/8-bit products (any T): vpdpbusd of the code bytes (unsigned) against
+ *  - affine weights at T >= MM_FAST_MIN_T: each panel dequantized, rounded to bf16
+ *    pairs and run through the same tile.
+ *  - with CELER_CPU_INT8=1, affine 4/8-bit products (any T): vpdpbusd of the code bytes (unsigned) against
  *    the prepared int8 activations (signed), 4 products per 32-bit lane, per 64 code
  *    bytes; each lane's int32 sum is scaled by d_block * s_group in float32. Up to 4
  *    weight rows and 4 activation rows at a time share their loads. */
@@ -70,6 +72,53 @@ static void gemm_bf16dp(const weight *w, const float *xp, float *y, int T, long 
                 dp_tile_any(mr, kp, panel, x + (long)t * kp, kp, c, rows);
             } else {
                 dp_tile_any(mr, kp, panel, x + (long)t * kp, kp, edge, MM512_NR);
+                for (int i = 0; i < mr; i++) memcpy(c + (long)i * rows, edge + i * MM512_NR, (size_t)nr * sizeof(float));
+            }
+        }
+    }
+}
+
+/* float32 -> bf16 bits in the low half of each lane (round to nearest even; the
+ * weights are finite). */
+INLINE __m512i bf16_bits(__m512 v) {
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    return _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+}
+
+/* Affine weights (fast: dequantized, rounded to bf16): each panel of 32 rows is
+ * dequantized by the shared packer into float32 [K, 32], then turned in place into
+ * the pair layout u32 [kp, 32] (pair k is written below rows 2k and 2k + 1, which
+ * were read first) and run through the vdpbf16ps tile.
+ * scratch: panel [K, 32] | stage [8, K] | edge [12, 32] (as the exact GEMM's). */
+static void gemm_affine_bf16dp(const weight *w, const float *xp, float *y, int T, long r0, long r1, float *scratch) {
+    const long K = (long)w->cols, rows = (long)w->rows, kp = (K + 1) / 2;
+    const uint32_t *x = (const uint32_t *)(const void *)xp;
+    float *panel = scratch;
+    float *stage = panel + ((K * MM512_NR + 15) & ~15L);
+    float *edge = stage + ((8 * K + 15) & ~15L);
+    uint32_t *pairs = (uint32_t *)panel;
+    for (long r = r0; r < r1; r += MM512_NR) {
+        const long nr = r1 - r < MM512_NR ? r1 - r : MM512_NR;
+        mm_pack_panel_avx2(w, r, nr, panel, MM512_NR, stage);
+        for (long k = 0; k < kp; k++) {
+            const int odd = 2 * k + 1 < K;
+            __m512i p[2];
+            for (int h = 0; h < 2; h++) {
+                const __m512i lo = bf16_bits(_mm512_load_ps(panel + 2 * k * 32 + 16 * h));
+                const __m512i hi = odd ? bf16_bits(_mm512_load_ps(panel + (2 * k + 1) * 32 + 16 * h)) : _mm512_setzero_si512();
+                p[h] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+            }
+            _mm512_store_si512(pairs + k * 32, p[0]);
+            _mm512_store_si512(pairs + k * 32 + 16, p[1]);
+        }
+        for (int t = 0; t < T; t += MM512_MR) {
+            int mr = T - t < MM512_MR ? T - t : MM512_MR;
+            float *c = y + (long)t * rows + r;
+            if (nr == MM512_NR) {
+                dp_tile_any(mr, kp, pairs, x + (long)t * kp, kp, c, rows);
+            } else {
+                dp_tile_any(mr, kp, pairs, x + (long)t * kp, kp, edge, MM512_NR);
                 for (int i = 0; i < mr; i++) memcpy(c + (long)i * rows, edge + i * MM512_NR, (size_t)nr * sizeof(float));
             }
         }
@@ -200,6 +249,7 @@ static void q8_vnni(const weight *w, const float *x, float *y, int T, long r0, l
 mm_kernel mm_fast_select_avx512dot(const weight *w, int T, int kind) {
     (void)w; (void)T; /* mm_fast_kind checked the shape */
     if (kind == MM_FAST_BF16 && cpu_has_avx512_bf16()) return gemm_bf16dp;
+    if (kind == MM_FAST_QBF16 && cpu_has_avx512_bf16()) return gemm_affine_bf16dp;
     if (kind == MM_FAST_Q8 && cpu_has_avx512_vnni()) return q8_vnni;
     return NULL;
 }
@@ -207,5 +257,6 @@ mm_kernel mm_fast_select_avx512dot(const weight *w, int T, int kind) {
 const char *mm_kernel_name_avx512dot(mm_kernel k) {
     if (k == gemm_bf16dp) return "avx512 gemm bf16 vdpbf16ps 12x32 (fast)";
     if (k == q8_vnni) return "avx512 q8 vpdpbusd (fast)";
+    if (k == gemm_affine_bf16dp) return "avx512 gemm affine->bf16 vdpbf16ps 12x32 (fast)";
     return NULL;
 }
