@@ -28,7 +28,7 @@
     X(CUK_MV_BATCH_MAX, INT, "4", "1..8: the most rows a GPU product runs with the matvec kernels (more: cuBLAS)")  \
     X(CUK_MV_ROWS, INT, "0", "1, 2 or 4: rows per warp of the GPU matvec kernels (0: measured default)")            \
     X(CUK_MV_INT8, FLAG, "0", "1: GPU quantized products round activations to int8 (dp4a kernels)")                \
-    X(CELER_PRECISION, STR, NULL, "fast or exact: GPU arithmetic (unset: fast on the GPU; the CPU is always exact)")  \
+    X(CELER_PRECISION, STR, NULL, "fast or exact (unset: fast on the GPU, exact on the CPU; docs/cpu-kernels.md for the CPU's fast)")  \
     X(CELER_KV_DTYPE, STR, "auto", "auto, f32 or bf16: KV cache element type (auto: bf16 with fast GPU precision, else f32)") \
     X(CUK_GEMM_BF16X1, FLAG, "0", "1: GPU bf16 GEMMs use one bf16 term instead of two (faster, less exact)")       \
     X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \
