@@ -298,7 +298,7 @@ static void packed_identical(void) {
         void *xp = prep(&t.w, x, T, f0.prep);
         float *z0 = malloc((size_t)T * rows * 4), *z1 = malloc((size_t)T * rows * 4);
         f0.k(&t.w, xp, z0, T, 0, rows, s);
-        CHECK(mm_pack_weight(&t.w) == 0 && t.w.packed, "mm_pack_weight");
+        CHECK(mm_pack_weight(&t.w, NULL) == 0 && t.w.packed, "mm_pack_weight");
         mm_kernel k1 = mm_select_level(&t.w, T, CPU_AVX512);
         k1(&t.w, x, y1, T, 0, rows, s);
         CHECK(k1 != k0 && strstr(mm_kernel_name(k1), "packed"), "packed weight runs \"%s\"", mm_kernel_name(k1));
@@ -312,6 +312,28 @@ static void packed_identical(void) {
         free(x); free(y0); free(y1); free(z0); free(z1); free(s); free(xp);
         tw_free(&t);
     }
+}
+
+/* The packing budget and the setting: a weight whose panels exceed the budget, or
+ * any with CELER_CPU_PACK=0, stays unpacked; packing lowers the budget. */
+static void pack_budget(void) {
+    if (cpu_level() < CPU_AVX512) {
+        printf("skip: pack_budget: weights are packed at the avx512 level only\n");
+        return;
+    }
+    tw t = tw_random(WF_BF16, 70, 96, 0, 0, SC_BF16);
+    const long need = mm_bf16_panels_bytes(&t.w);
+    CHECK(need == 3 * 48 * 32 * 4, "panels of 70 x 96: %ld bytes", need);
+    long budget = need - 1;
+    CHECK(mm_pack_weight(&t.w, &budget) == 0 && !t.w.packed && budget == need - 1, "over the budget: packed %p", t.w.packed);
+    setting_override(SET_CELER_CPU_PACK, "0");
+    budget = 10 * need;
+    CHECK(mm_pack_weight(&t.w, &budget) == 0 && !t.w.packed, "CELER_CPU_PACK=0: packed %p", t.w.packed);
+    setting_override(SET_CELER_CPU_PACK, NULL);
+    CHECK(mm_pack_weight(&t.w, &budget) == 0 && t.w.packed && budget == 9 * need, "within the budget: packed %p, %ld left",
+          t.w.packed, budget);
+    CHECK(mm_pack_budget() > 0, "mm_pack_budget %ld", mm_pack_budget());
+    tw_free(&t);
 }
 
 /* Through the backend (prepared activations on the pool): 1 and 3 threads agree, and
@@ -352,6 +374,7 @@ int main(void) {
     RUN(reference_rounds);
     all_levels();
     RUN(packed_identical);
+    RUN(pack_budget);
     RUN(backend_fast);
     return harness_done();
 }

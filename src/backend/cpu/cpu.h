@@ -14,6 +14,7 @@ typedef struct {
     long scratch_per;
     void *xprep;           /* the fast precision's prepared activations (fast.c), grown on demand */
     long xprep_bytes;
+    long pack_budget;      /* bytes weights may still pack (pack.c); -1 until the first */
 } cpu_backend;
 
 /* Rows the portable kernel dequantizes at once. */
@@ -81,7 +82,11 @@ const char *mm_kernel_name_avx512(mm_kernel k);
 /* ---- weights packed at load (pack.c) ------------------------------------------
  * bf16 weights get their 32-row GEMM panels in pair layout (u32 [ceil(cols/2), 32]
  * per panel) once, when cpu_level() is avx512 (the GEMMs that read them). */
-int mm_pack_weight(weight *w);   /* 0 (also when w takes no packing), -1 with a message */
+/* 0 (also when w takes no packing, or its panels exceed *budget, which packing
+ * lowers; NULL: no bound), -1 with a message. Off with CELER_CPU_PACK=0. */
+int mm_pack_weight(weight *w, long *budget);
+/* Half of MemAvailable in bytes (LONG_MAX where unknown): a backend's packing budget. */
+long mm_pack_budget(void);
 void mm_unpack_weight(weight *w);
 long mm_bf16_panels_bytes(const weight *w);
 /* The pair-layout panel of rows [r, r + 32) of bf16 w: the packed one, or packed

@@ -6,12 +6,17 @@
  * are; the exact GEMM widens the low half with a shift and the high half with a mask,
  * and so sums each output's products in k order as from a float32 panel (the same
  * bits). The GEMVs (decode) read the weight's own rows: the packed panels are a
- * second copy, the size of the bf16 weight (docs/cpu-kernels.md). */
+ * second copy, the size of the bf16 weight (docs/cpu-kernels.md), so a backend packs
+ * weights only while their total stays within half the memory available when it
+ * packed the first (mm_pack_budget), and not at all with CELER_CPU_PACK=0. */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
 #include "base/mem.h"
+#include "base/settings.h"
 
 /* Rows [r, r + 32) of bf16 w into panel u32 [kp, 32]. */
 static void pack_panel(const weight *w, long r, uint32_t *panel) {
@@ -37,10 +42,26 @@ const uint32_t *mm_bf16_panel(const weight *w, long r, uint32_t *own) {
     return own;
 }
 
-int mm_pack_weight(weight *w) {
+/* Half of MemAvailable (/proc/meminfo), or LONG_MAX where it cannot be read. */
+long mm_pack_budget(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return LONG_MAX;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return kb ? (long)(kb * 512ull) : LONG_MAX;
+}
+
+int mm_pack_weight(weight *w, long *budget) {
     if (w->packed || w->fmt != WF_BF16 || !w->data || w->on_device || cpu_level() < CPU_AVX512) return 0;
-    uint32_t *p = mem_aligned((size_t)mm_bf16_panels_bytes(w), "packed weight panels");
+    if (!setting_flag(SET_CELER_CPU_PACK)) return 0;
+    const long bytes = mm_bf16_panels_bytes(w);
+    if (budget && bytes > *budget) return 0; /* the second copy would not fit: pack per product */
+    uint32_t *p = mem_aligned((size_t)bytes, "packed weight panels");
     if (!p) return -1;
+    if (budget) *budget -= bytes;
     const long kp = ((long)w->cols + 1) / 2;
     for (long r = 0; r < w->rows; r += 32) pack_panel(w, r, p + r / 32 * kp * 32);
     w->packed = p;
