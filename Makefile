@@ -53,6 +53,10 @@ $(B)/obj/%_avx2.o: %_avx2.c
 $(B)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -MMD -MP -c $< -o $@
+# *_avx512dot.c add the dot-product extensions (AVX512_BF16, AVX512_VNNI), run only where present.
+$(B)/obj/%_avx512dot.o: %_avx512dot.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni -MMD -MP -c $< -o $@
 
 # The version: one place, the VERSION file; the commit from `git describe --always --dirty`
 # when the tree is a git checkout ("unknown" otherwise). version.h is rewritten only when

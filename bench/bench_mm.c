@@ -3,6 +3,10 @@
  * layer plus the LM head, in model order, as one token does) against the measured
  * read bandwidth, and prefill (T=512 per projection) against the FMA peak.
  *   bench_mm [-t THREADS] [-f bf16|f16|f32|q4|q8|q2|q3|q5|q6|mxfp4] [-r REPS] [-p T] [-n TOKENS] [-c]
+ *            [-P fast|exact] [-k]
+ * -P fast runs the fast precision's products (backend/cpu/fast.c; CELER_CPU_INT8=1
+ * for the int8 ones); -k packs the layer weights first, as a model load does
+ * (backend/cpu/pack.c; bf16 at the avx512 level).
  * -c times by the calling thread's CPU time: with -t 1 it stays meaningful on a
  * loaded machine (the % of bandwidth then compares with an unloaded probe).
  * CELER_CPU=generic|avx2|avx512 picks the kernel level; the FMA peak of every level
@@ -111,7 +115,7 @@ static const long kshape[NK][2] = {{2048, 1024}, {1024, 1024}, {1024, 1024}, {10
 #define LAYERS 28
 
 int main(int argc, char **argv) {
-    int threads = 2, reps = 5, prefill_T = 512, tokens = 3;
+    int threads = 2, reps = 5, prefill_T = 512, tokens = 3, fast = 0, pack = 0;
     const char *fname = "bf16";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
@@ -120,7 +124,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-p") && i + 1 < argc) prefill_T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-n") && i + 1 < argc) tokens = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-c")) clk = CLOCK_THREAD_CPUTIME_ID;
-        else { fprintf(stderr, "usage: bench_mm [-t THREADS] [-f FORMAT] [-r REPS] [-p T] [-n TOKENS] [-c]\n"); return 2; }
+        else if (!strcmp(argv[i], "-P") && i + 1 < argc) fast = !strcmp(argv[++i], "fast");
+        else if (!strcmp(argv[i], "-k")) pack = 1;
+        else { fprintf(stderr, "usage: bench_mm [-t THREADS] [-f FORMAT] [-r REPS] [-p T] [-n TOKENS] [-c] [-P fast|exact] [-k]\n"); return 2; }
     }
     const fmt_spec fmts[] = {{WF_BF16, 0, 0, "bf16"}, {WF_F16, 0, 0, "f16"}, {WF_F32, 0, 0, "f32"},
                              {WF_AFFINE, 4, 64, "q4"}, {WF_AFFINE, 8, 64, "q8"}, {WF_AFFINE, 2, 64, "q2"},
@@ -143,6 +149,9 @@ int main(int argc, char **argv) {
     for (int l = 0; l < LAYERS; l++)
         for (int k = 0; k < 7; k++) ws[l * 7 + k] = make_weight(f, kshape[k][0], kshape[k][1]);
     ws[LAYERS * 7] = make_weight(f, kshape[K_HEAD][0], kshape[K_HEAD][1]);
+    be->fast = fast;
+    for (int i = 0; pack && i < LAYERS * 7; i++)
+        if (mm_pack_weight(&ws[i], NULL) != 0) { fprintf(stderr, "packing failed\n"); return 1; }
     long maxT = prefill_T > 4 ? prefill_T : 4;
     float *x = xalloc((size_t)maxT * 3072 * 4), *y = xalloc((size_t)maxT * 151936 * 4);
     for (long i = 0; i < maxT * 3072; i++) x[i] = (float)((double)(rnd64() >> 11) / 9007199254740992.0 - 0.5);
@@ -150,8 +159,12 @@ int main(int argc, char **argv) {
     printf("format %s, %d threads, CPU kernels %s, read bandwidth %.2f GB/s (best of 6 passes over 1 GiB)\n"
            "FMA peak, %d threads (register-only loop, thread CPU time): generic %.0f, avx2 %.0f, avx512 %.0f GFLOP/s\n",
            f->name, threads, cpu_level_name(cpu_level()), bw, threads, peaks[0], peaks[1], peaks[2]);
-    printf("decode kernel: %s; prefill kernel (T=%d): %s\n", mm_kernel_name(mm_select(&ws[0], 1)), prefill_T,
-           mm_kernel_name(mm_select(&ws[0], prefill_T)));
+    mm_fast fd, fp;
+    const int fdk = fast && mm_fast_select_level(&ws[0], 1, cpu_level(), &fd);
+    const int fpk = fast && mm_fast_select_level(&ws[0], prefill_T, cpu_level(), &fp);
+    printf("precision %s, layer weights %s; decode kernel: %s; prefill kernel (T=%d): %s\n", fast ? "fast" : "exact",
+           ws[0].packed ? "packed" : "not packed", mm_kernel_name(fdk ? fd.k : mm_select(&ws[0], 1)), prefill_T,
+           mm_kernel_name(fpk ? fp.k : mm_select(&ws[0], prefill_T)));
 
     /* decode: `tokens` tokens per rep; per kind, seconds per token */
     double *kt = calloc((size_t)reps * NK, sizeof(double)), *tot = calloc((size_t)reps, sizeof(double));

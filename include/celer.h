@@ -70,7 +70,7 @@ typedef struct {
     int bos_token, eos_token; /* -1 when the config names none */
     int64_t n_params;         /* logical parameters (quantized ones counted unpacked) */
     uint64_t weight_bytes;    /* bytes of weights one token's forward reads */
-    const char *precision;    /* "fast" or "exact" (CELER_PRECISION; the CPU is always exact) */
+    const char *precision;    /* "fast" or "exact" (CELER_PRECISION; default fast on a GPU, exact on the CPU) */
     const char *kv_dtype;     /* the KV cache's element type, "f32" or "bf16" (CELER_KV_DTYPE) */
 } celer_model_info;
 

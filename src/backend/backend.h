@@ -175,9 +175,10 @@ struct backend {
     void *impl;
     int threads;         /* host threads (CPU) or 0 */
     int device_id;       /* GPU ordinal, or -1 */
-    int fast;            /* a device backend's precision: 1 fast (one-term bf16 products), 0 exact;
-                          * set from CELER_PRECISION when created, then by the model that owns it
-                          * (model/precision.c); the CPU ignores it */
+    int fast;            /* the precision: 1 fast (GPU: one-term bf16 products; CPU: rounded
+                          * activations, backend/cpu/fast.c), 0 exact; set from CELER_PRECISION
+                          * when a GPU backend is created, then by the model that owns it
+                          * (model/precision.c) */
     int tp_rank, tp_world;  /* tensor-parallel place (tp_join); 0, 0 when not in a group */
 };
 

@@ -15,6 +15,8 @@
     X(CELER_STATS, FLAG, "0", "print KV-cache and device counters to stderr when a session or backend ends")        \
     X(CELER_KV_INPLACE_WRITE, FLAG, "1", "0: every KV row write takes the copying path (A/B runs; same results)")   \
     X(CELER_CPU, STR, NULL, "CPU kernel level: generic, avx2 or avx512 (default: the best this processor runs)")   \
+    X(CELER_CPU_PACK, FLAG, "1", "0: bf16 layer weights are not packed at load on the CPU (GEMM panels packed per product; no second copy)") \
+    X(CELER_CPU_INT8, FLAG, "0", "1: with fast precision on the CPU, 4/8-bit products also take int8 activations (VNNI; outside the bf16 envelope)") \
     X(CELER_NO_SIMD, FLAG, "0", "1: the same as CELER_CPU=generic (portable C kernels; CELER_CPU wins when set)")    \
     X(CELER_DECODE_BATCH, FLAG, "1", "0: a decode step of several sequences attends per sequence, unpadded (A/B)")    \
     X(CELER_DEVICE_SAMPLE, FLAG, "1", "0: a GPU session samples on the host and runs the unpipelined loop")         \
@@ -28,7 +30,7 @@
     X(CUK_MV_BATCH_MAX, INT, "4", "1..8: the most rows a GPU product runs with the matvec kernels (more: cuBLAS)")  \
     X(CUK_MV_ROWS, INT, "0", "1, 2 or 4: rows per warp of the GPU matvec kernels (0: measured default)")            \
     X(CUK_MV_INT8, FLAG, "0", "1: GPU quantized products round activations to int8 (dp4a kernels)")                \
-    X(CELER_PRECISION, STR, NULL, "fast or exact: GPU arithmetic (unset: fast on the GPU; the CPU is always exact)")  \
+    X(CELER_PRECISION, STR, NULL, "fast or exact (unset: fast on the GPU, exact on the CPU; docs/cpu-kernels.md for the CPU's fast)")  \
     X(CELER_TP, INT, "0", "tensor-parallel ranks (--tp N): 0 off; N >= 1 splits the model over N GPUs, or N CPU threads") \
     X(CELER_TP_MASTER, STR, NULL, "--tp-master ADDR:PORT: rank 0's address that publishes the NCCL id (several hosts)") \
     X(CELER_TP_RANK_OFFSET, INT, "0", "--tp-rank-offset R: the global rank of this process's first GPU (several hosts)") \

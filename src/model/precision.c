@@ -2,12 +2,12 @@
  * the precision (fast or exact: CELER_PRECISION, `--precision`) and the KV cache's
  * element type (CELER_KV_DTYPE). On the GPU, fast (the default) rounds activations
  * once to bf16 into one-term tensor-core products and keeps a bf16 KV cache; exact
- * splits activations into two bf16 terms and keeps a float32 cache. The CPU has one
- * path, exact (float32 activations and cache), whatever is asked: its products
- * already read the weights as stored, and a bf16 cache would need a second
- * attention kernel for no measured gain (docs/cuda-backend.md "Precision").
- * Mixture-of-experts models take the exact arithmetic on the GPU whatever is asked
- * (measured: see below). */
+ * splits activations into two bf16 terms and keeps a float32 cache. On the CPU exact
+ * is the default; fast (asked for) rounds the activations of prefill bf16 products to
+ * bf16 and of 4/8-bit products to per-block int8 (backend/cpu/fast.c) and keeps the
+ * float32 cache: its attention reads float32 (docs/cpu-kernels.md "Precision").
+ * Mixture-of-experts models take the exact arithmetic whatever is asked (measured:
+ * see below). */
 #include <string.h>
 
 #include "base/err.h"
@@ -16,7 +16,7 @@
 
 int model_precision_fast(int on_device) {
     const char *p = setting_str(SET_CELER_PRECISION);
-    return on_device && !(p && strcmp(p, "exact") == 0);
+    return p ? strcmp(p, "fast") == 0 : on_device; /* unset: fast on a GPU, exact on the CPU */
 }
 
 int model_precision_init(model *m) {
@@ -33,7 +33,7 @@ int model_precision_init(model *m) {
     m->fast = model_precision_fast(dev) && !moe;
     m->be->fast = m->fast;
     if (!t || strcmp(t, "auto") == 0) {
-        m->kv_dtype = m->fast ? KVT_BF16 : KVT_F32;
+        m->kv_dtype = m->fast && dev ? KVT_BF16 : KVT_F32; /* the CPU's attention reads float32 */
     } else if (strcmp(t, "f32") == 0) {
         m->kv_dtype = KVT_F32;
     } else if (strcmp(t, "bf16") == 0) {

@@ -148,8 +148,24 @@ static int fuse_layers(model *m) {
     return 0;
 }
 
+/* The CPU: each layer's dense projections handed to upload_weight, which packs the
+ * GEMM's panels once (backend/cpu/pack.c); the embedding, the LM head (decode reads
+ * them a row or a token at a time) and the experts keep their mapping alone. */
+static int cpu_layer_weights(model *m, int pack) {
+    for (int l = 0; m->lw && l < m->cfg.n_layers; l++) {
+        layer_weights *w = &m->lw[l];
+        weight *ws[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->gate, &w->up, &w->down, &w->ple_gate, &w->ple_proj};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+            if (!ws[i]->data) continue;
+            if (!pack) m->be->ops->release_weight(m->be, ws[i]);
+            else if (m->be->ops->upload_weight(m->be, ws[i], 0) < 0) return err_prefix("packing %s", m->ck->dir);
+        }
+    }
+    return 0;
+}
+
 int model_upload(model *m) {
-    if (!m->be->ops->on_device) return 0;
+    if (!m->be->ops->on_device) return cpu_layer_weights(m, 1);
     int transposed = 0, failed = 0;
     m->on_device = 1;
     each_vec(m, up_vec, &failed);
@@ -178,5 +194,6 @@ static int rel_vec(model *m, float **v, int64_t n, void *ctx) {
 
 void model_release(model *m) {
     if (m->be && m->on_device) each_weight(m, rel_weight, NULL);
+    if (m->be && !m->on_device) cpu_layer_weights(m, 0);
     each_vec(m, rel_vec, NULL);
 }

@@ -31,6 +31,8 @@ typedef struct {
                             * (upload_weight, or model/tp.c on the CPU, makes it dense) */
     int on_device;         /* 1: data/scales/biases are a device backend's copies, owned here;
                             * 2: a view of rows of another weight's device copy */
+    void *packed;          /* CPU: the GEMM's panels, packed once at load and owned here
+                            * (backend/cpu/pack.c), or NULL: the data is then packed per product */
 } weight;
 
 /* Bytes of w's arrays for its [rows, cols]: data, scales and biases (0 for an array

@@ -150,12 +150,16 @@ static void cpu_copy(backend *b, void *dst, const void *src, size_t n) {
     if (n) memmove(dst, src, n);
 }
 
+/* The weights stay where they are bound (the file mapping); a layer's dense
+ * projections get their GEMM panels packed once (pack.c). */
 static int cpu_upload_weight(backend *b, weight *w, int transposed) {
-    (void)b; (void)w; (void)transposed;
-    return 0;
+    cpu_backend *c = cpu(b);
+    if (transposed) return 0;
+    if (c->pack_budget < 0) c->pack_budget = mm_pack_budget();
+    return mm_pack_weight(w, &c->pack_budget);
 }
 
-static void cpu_release_weight(backend *b, weight *w) { (void)b; (void)w; }
+static void cpu_release_weight(backend *b, weight *w) { (void)b; mm_unpack_weight(w); }
 
 static int cpu_status(backend *b) { (void)b; return 0; }
 
@@ -166,6 +170,7 @@ static void cpu_destroy(backend *b) {
     if (c) {
         pool_free(c->pool);
         free(c->scratch);
+        free(c->xprep);
         free(c);
     }
     free(b);
@@ -204,6 +209,7 @@ backend *backend_cpu_new(int n_threads, int64_t max_cols) {
     b->device_id = -1;
     c->n_threads = n_threads;
     c->max_cols = max_cols;
+    c->pack_budget = -1;
     c->scratch_per = (MM_SCRATCH(max_cols) + 15) & ~15L;
     if (!(c->scratch = mem_aligned((size_t)c->scratch_per * (size_t)n_threads * sizeof(float), "matmul scratch"))) goto fail;
     if (!(c->pool = pool_new(n_threads))) goto fail;

@@ -13,6 +13,9 @@ typedef struct {
     float *scratch;        /* [n_threads, scratch_per] per-thread matmul scratch */
     long scratch_per;
     struct tp_host_group_s *tp; /* the host group of a multi-rank model (collective.c), or NULL */
+    void *xprep;           /* the fast precision's prepared activations (fast.c), grown on demand */
+    long xprep_bytes;
+    long pack_budget;      /* bytes weights may still pack (pack.c); -1 until the first */
 } cpu_backend;
 
 /* Rows the portable kernel dequantizes at once. */
@@ -76,6 +79,57 @@ void mm_pack_panel_avx2(const weight *w, long r, long nr, float *panel, int np, 
 /* AVX-512 kernels (matmul_avx512.c), or NULL where the AVX2 ones serve. */
 mm_kernel mm_select_avx512(const weight *w, int T);
 const char *mm_kernel_name_avx512(mm_kernel k);
+
+/* ---- weights packed at load (pack.c) ------------------------------------------
+ * bf16 weights get their 32-row GEMM panels in pair layout (u32 [ceil(cols/2), 32]
+ * per panel) once, when cpu_level() is avx512 (the GEMMs that read them). */
+/* 0 (also when w takes no packing, or its panels exceed *budget, which packing
+ * lowers; NULL: no bound), -1 with a message. Off with CELER_CPU_PACK=0. */
+int mm_pack_weight(weight *w, long *budget);
+/* Half of MemAvailable in bytes (LONG_MAX where unknown): a backend's packing budget. */
+long mm_pack_budget(void);
+void mm_unpack_weight(weight *w);
+long mm_bf16_panels_bytes(const weight *w);
+/* The pair-layout panel of rows [r, r + 32) of bf16 w: the packed one, or packed
+ * into own (u32 [ceil(cols/2), 32], 64-byte aligned) when w has none. */
+const uint32_t *mm_bf16_panel(const weight *w, long r, uint32_t *own);
+
+/* ---- the fast precision (fast.c; docs/cpu-kernels.md "Precision") -------------
+ * Under CELER_PRECISION=fast (backend.fast) a product whose weight and T have a
+ * rounding (mm_fast_kind) runs on prepared activations: cpu_matmul prepares x once
+ * (mm_fast_prep_rows, all threads) into a buffer of mm_fast_prep_bytes, then runs
+ * the kernel with that buffer as its x (an mm_kernel whose x is the prepared rows). */
+enum { MM_FAST_NONE = 0, MM_FAST_BF16 = 1, MM_FAST_Q8 = 2, MM_FAST_QBF16 = 3 };
+enum { MM_PREP_NONE = 0, MM_PREP_ROUND = 1, MM_PREP_BF16 = 2, MM_PREP_Q8 = 3 };
+/* bf16 weights round their activations from this T on (prefill; decode is bound by
+ * reading the weights, which rounding does not change). */
+#define MM_FAST_MIN_T 9
+typedef struct {
+    int kind;    /* MM_FAST_* */
+    int prep;    /* MM_PREP_*: what x the kernel reads */
+    mm_kernel k;
+} mm_fast;
+int mm_fast_kind(const weight *w, int T);
+/* 1 and *f for a product with a rounding at `level` (<= cpu_level_hw()), else 0. */
+int mm_fast_select_level(const weight *w, int T, int level, mm_fast *f);
+long mm_fast_prep_bytes(const weight *w, int T, int prep);
+/* Rows [t0, t1) of x [T, cols] into the prepared buffer out (mm_fast_prep_bytes). */
+void mm_fast_prep_rows(const weight *w, const float *x, int t0, int t1, int prep, void *out);
+/* The Q8 prepared row (layout in fast.c): its stride and its parts. */
+long mm_q8_row_bytes(const weight *w);
+void mm_q8_row_parts(const weight *w, const void *row, const int8_t **q, const float **dexp, const float **gsum,
+                     const float **d);
+/* Portable kernels of the roundings (x: MM_PREP_BF16 / MM_PREP_Q8 / MM_PREP_ROUND rows). */
+void mm_fast_portable_bf16(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
+void mm_fast_portable_q8(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
+void mm_fast_portable_qbf16(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
+/* The avx2 GEMM with its float32 panel rounded to bf16 values (MM_FAST_QBF16 on
+ * MM_PREP_ROUND rows; matmul_avx2.c). */
+void mm_gemm_avx2_wround(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
+/* avx512 with AVX512_BF16 / AVX512_VNNI (matmul_avx512dot.c): the kernel of `kind`,
+ * or NULL where this processor lacks the instruction or the shape has none. */
+mm_kernel mm_fast_select_avx512dot(const weight *w, int T, int kind);
+const char *mm_kernel_name_avx512dot(mm_kernel k);
 
 /* The float32 FMA peak of `level` (<= cpu_level_hw()) with n_threads threads at
  * once, GFLOP/s (best of 3 register-only runs per thread, summed); -1 on error.

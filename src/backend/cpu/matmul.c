@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "base/mem.h"
 
 int cpu_has_avx2(void) { return cpu_level() >= CPU_AVX2; }
 
@@ -45,7 +46,10 @@ mm_kernel mm_select(const weight *w, int T) { return mm_select_level(w, T, cpu_l
 
 const char *mm_kernel_name(mm_kernel k) {
     if (k == mm_portable) return "portable";
-    const char *n = cpu_level_hw() >= CPU_AVX512 ? mm_kernel_name_avx512(k) : NULL;
+    if (k == mm_fast_portable_q8) return "portable q8 (fast)";
+    if (k == mm_fast_portable_bf16) return "portable bf16 (fast)";
+    const char *n = cpu_level_hw() >= CPU_AVX512 ? mm_kernel_name_avx512dot(k) : NULL;
+    if (!n && cpu_level_hw() >= CPU_AVX512) n = mm_kernel_name_avx512(k);
     if (!n && cpu_level_hw() >= CPU_AVX2) n = mm_kernel_name_avx2(k);
     return n ? n : "?";
 }
@@ -75,11 +79,47 @@ static void mm_task(void *ctx, int task, int n_tasks) {
 #define MM_TASK_MIN_ROWS 64
 #define MM_TASKS_PER_THREAD 4
 
+typedef struct {
+    const weight *w;
+    const float *x;
+    int T, prep;
+    void *out;
+} prep_job;
+
+static void prep_task(void *ctx, int task, int n_tasks) {
+    prep_job *p = ctx;
+    long lo, hi;
+    pool_range(p->T, task, n_tasks, 1, &lo, &hi);
+    if (lo < hi) mm_fast_prep_rows(p->w, p->x, (int)lo, (int)hi, p->prep, p->out);
+}
+
+/* The fast precision's kernel for w at T, with x prepared into c->xprep; 0 when the
+ * product has no rounding (or the buffer cannot grow: then it runs exact). */
+static int fast_prepare(cpu_backend *c, const weight *w, const float *x, int T, mm_kernel *k, const float **xk) {
+    mm_fast f;
+    if (!mm_fast_select_level(w, T, cpu_level(), &f)) return 0;
+    const long need = mm_fast_prep_bytes(w, T, f.prep);
+    if (need > c->xprep_bytes) {
+        void *p = mem_aligned((size_t)need, "prepared activations");
+        if (!p) return 0;
+        free(c->xprep);
+        c->xprep = p;
+        c->xprep_bytes = need;
+    }
+    prep_job pj = {w, x, T, f.prep, c->xprep};
+    int tasks = T < c->n_threads ? T : c->n_threads;
+    pool_run(c->pool, tasks, prep_task, &pj);
+    *k = f.k;
+    *xk = c->xprep;
+    return 1;
+}
+
 void cpu_matmul(backend *b, const weight *w, const float *x, float *y, int T) {
     cpu_backend *c = b->impl;
     /* the per-thread scratch was sized by backend_cpu_new's max_cols */
     assert(MM_SCRATCH(w->cols) <= c->scratch_per && "weight wider than the backend's max_cols");
-    mm_job j = {c, w, x, y, T, mm_select(w, T)};
+    mm_job j = {c, w, x, y, T, NULL};
+    if (!(b->fast && fast_prepare(c, w, x, T, &j.k, &j.x))) j.k = mm_select(w, T);
     long tasks = (long)c->n_threads * MM_TASKS_PER_THREAD, most = (long)w->rows / MM_TASK_MIN_ROWS;
     if (tasks > most) tasks = most;
     if (tasks < c->n_threads) tasks = (long)w->rows < c->n_threads ? 1 : c->n_threads;

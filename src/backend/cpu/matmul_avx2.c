@@ -582,8 +582,19 @@ static void gemm_tile_any(int mr, long K, const float *panel, const float *x, lo
     }
 }
 
-/* scratch: panel [cols, MM_NR] | stage [8, cols] | edge tile [MM_MR, MM_NR]. */
-static void gemm_packed(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
+/* Rounds n floats (n % 8 == 0) to bf16 values in place (round to nearest even). */
+static void round_bf16(float *p, long n) {
+    for (long i = 0; i < n; i += 8) {
+        __m256i u = _mm256_castps_si256(_mm256_load_ps(p + i));
+        __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        u = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+        _mm256_store_ps(p + i, _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xffff0000u))));
+    }
+}
+
+/* scratch: panel [cols, MM_NR] | stage [8, cols] | edge tile [MM_MR, MM_NR].
+ * wround: the panel's weights rounded to bf16 values (the fast precision). */
+INLINE void gemm_packed_impl(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch, int wround) {
     const long K = (long)w->cols, rows = (long)w->rows;
     float *panel = scratch;
     float *stage = panel + ((K * MM_NR + 15) & ~15L);
@@ -591,6 +602,7 @@ static void gemm_packed(const weight *w, const float *x, float *y, int T, long r
     for (long r = r0; r < r1; r += MM_NR) {
         long nr = r1 - r < MM_NR ? r1 - r : MM_NR;
         mm_pack_panel_avx2(w, r, nr, panel, MM_NR, stage);
+        if (wround) round_bf16(panel, K * MM_NR);
         for (int t = 0; t < T; t += MM_MR) {
             int mr = T - t < MM_MR ? T - t : MM_MR;
             float *c = y + (long)t * rows + r;
@@ -602,6 +614,14 @@ static void gemm_packed(const weight *w, const float *x, float *y, int T, long r
             }
         }
     }
+}
+
+static void gemm_packed(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
+    gemm_packed_impl(w, x, y, T, r0, r1, scratch, 0);
+}
+
+void mm_gemm_avx2_wround(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
+    gemm_packed_impl(w, x, y, T, r0, r1, scratch, 1);
 }
 
 /* ---------------------------------------------------------------- dispatch */
@@ -621,6 +641,7 @@ mm_kernel mm_select_avx2(const weight *w, int T) {
 
 const char *mm_kernel_name_avx2(mm_kernel k) {
     if (k == gemm_packed) return "avx2 gemm 6x16";
+    if (k == mm_gemm_avx2_wround) return "avx2 gemm 6x16 bf16-rounded weights (fast)";
     if (k == gemv_f32) return "avx2 gemv f32";
     if (k == gemv_bf16) return "avx2 gemv bf16";
     if (k == gemv_f16) return "avx2 gemv f16";

@@ -71,6 +71,85 @@ INLINE void gemm_tile(int mr, long K, const float *panel, const float *x, long l
     }
 }
 
+/* The same from a bf16 pair-layout panel u32 [ceil(K/2), 32] (pack.c): the low half
+ * of a pair widens with a shift, the high half with a mask, and the products are
+ * summed in k order as from the float32 panel (identical bits). */
+INLINE void gemm_tile_pairs(int mr, long K, const uint32_t *panel, const float *x, long ldx, float *c, long ldc) {
+    __m512 acc[MM512_MR][2];
+    const float *xr[MM512_MR];
+    const __m512i himask = _mm512_set1_epi32((int)0xffff0000u);
+    UNROLL
+    for (int i = 0; i < mr; i++) {
+        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        xr[i] = x + (long)i * ldx;
+    }
+    const long kp = K / 2;
+    for (long k = 0; k < kp; k++) {
+        const __m512i p0 = _mm512_load_si512(panel + k * 32), p1 = _mm512_load_si512(panel + k * 32 + 16);
+        const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(p0, 16)), e1 = _mm512_castsi512_ps(_mm512_slli_epi32(p1, 16));
+        UNROLL
+        for (int i = 0; i < mr; i++) {
+            const __m512 a = _mm512_set1_ps(xr[i][2 * k]);
+            acc[i][0] = _mm512_fmadd_ps(a, e0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(a, e1, acc[i][1]);
+        }
+        const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(p0, himask));
+        const __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(p1, himask));
+        UNROLL
+        for (int i = 0; i < mr; i++) {
+            const __m512 a = _mm512_set1_ps(xr[i][2 * k + 1]);
+            acc[i][0] = _mm512_fmadd_ps(a, o0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(a, o1, acc[i][1]);
+        }
+    }
+    if (K & 1) {
+        const __m512i p0 = _mm512_load_si512(panel + kp * 32), p1 = _mm512_load_si512(panel + kp * 32 + 16);
+        const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(p0, 16)), e1 = _mm512_castsi512_ps(_mm512_slli_epi32(p1, 16));
+        UNROLL
+        for (int i = 0; i < mr; i++) {
+            const __m512 a = _mm512_set1_ps(xr[i][2 * kp]);
+            acc[i][0] = _mm512_fmadd_ps(a, e0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(a, e1, acc[i][1]);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < mr; i++) {
+        _mm512_storeu_ps(c + (long)i * ldc, acc[i][0]);
+        _mm512_storeu_ps(c + (long)i * ldc + 16, acc[i][1]);
+    }
+}
+
+static void gemm_tile_pairs_any(int mr, long K, const uint32_t *panel, const float *x, long ldx, float *c, long ldc) {
+    switch (mr) {
+#define TILE_CASE(M) case M: gemm_tile_pairs(M, K, panel, x, ldx, c, ldc); break;
+    TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6)
+    TILE_CASE(7) TILE_CASE(8) TILE_CASE(9) TILE_CASE(10) TILE_CASE(11)
+#undef TILE_CASE
+    default: gemm_tile_pairs(MM512_MR, K, panel, x, ldx, c, ldc); break;
+    }
+}
+
+/* bf16 weights packed at load (w->packed): the GEMM over their pair-layout panels. */
+static void gemm512_packed(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
+    const long K = (long)w->cols, rows = (long)w->rows;
+    uint32_t *own = (uint32_t *)scratch;
+    float *edge = scratch + (((K + 1) / 2 * 32 + 15) & ~15L);
+    for (long r = r0; r < r1; r += MM512_NR) {
+        long nr = r1 - r < MM512_NR ? r1 - r : MM512_NR;
+        const uint32_t *panel = mm_bf16_panel(w, r, own);
+        for (int t = 0; t < T; t += MM512_MR) {
+            int mr = T - t < MM512_MR ? T - t : MM512_MR;
+            float *c = y + (long)t * rows + r;
+            if (nr == MM512_NR) {
+                gemm_tile_pairs_any(mr, K, panel, x + (long)t * K, K, c, rows);
+            } else {
+                gemm_tile_pairs_any(mr, K, panel, x + (long)t * K, K, edge, MM512_NR);
+                for (int i = 0; i < mr; i++) memcpy(c + (long)i * rows, edge + i * MM512_NR, (size_t)nr * sizeof(float));
+            }
+        }
+    }
+}
+
 static void gemm_tile_any(int mr, long K, const float *panel, const float *x, long ldx, float *c, long ldc) {
     switch (mr) {
 #define TILE_CASE(M) case M: gemm_tile(M, K, panel, x, ldx, c, ldc); break;
@@ -293,7 +372,7 @@ static void gemv512_affine(const weight *w, const float *x, float *y, int T, lon
 /* ---------------------------------------------------------------- dispatch */
 
 mm_kernel mm_select_avx512(const weight *w, int T) {
-    if (T >= GEMM_MIN_T) return gemm512;
+    if (T >= GEMM_MIN_T) return w->packed && w->fmt == WF_BF16 ? gemm512_packed : gemm512;
     if (T > NT512) return NULL; /* 5..8 rows: the AVX2 wide kernels read the weights once */
     switch (w->fmt) {
     case WF_F32: return gemv512_f32;
@@ -309,6 +388,7 @@ mm_kernel mm_select_avx512(const weight *w, int T) {
 
 const char *mm_kernel_name_avx512(mm_kernel k) {
     if (k == gemm512) return "avx512 gemm 12x32";
+    if (k == gemm512_packed) return "avx512 gemm 12x32 packed bf16";
     if (k == gemv512_f32) return "avx512 gemv f32";
     if (k == gemv512_bf16) return "avx512 gemv bf16";
     if (k == gemv512_f16) return "avx512 gemv f16";
