@@ -208,6 +208,39 @@ static void ops(void) {
             worst = fmax(worst, fabs(y[i] - a * x[i]));
         }
         CHECK(worst < 1e-4, "glu act %d: max error %g", act, worst);
+        /* the fast precision's variant also writes bf16(g): the same bits as converting g */
+        uint16_t *dgb, *gb = malloc((size_t)T * n * 2);
+        CK(cudaMalloc((void **)&dgb, (size_t)T * n * 2));
+        CK(cudaMemcpy(dy, x, T * n * 4, cudaMemcpyHostToDevice));
+        CHECK(cuk_glu_bf16(dy, dx, (long)T * n, act, dgb, NULL) == 0, "glu_bf16");
+        CK(cudaMemcpy(gb, dgb, (size_t)T * n * 2, cudaMemcpyDeviceToHost));
+        float *y2 = malloc(T * n * 4);
+        CK(cudaMemcpy(y2, dy, T * n * 4, cudaMemcpyDeviceToHost));
+        long bad = 0;
+        for (int i = 0; i < T * n; i++) bad += y2[i] != y[i] || gb[i] != f32_to_bf16(y[i]);
+        CHECK(bad == 0, "glu_bf16 act %d: %ld values differ from glu and its bf16 rounding", act, bad);
+        free(y2); free(gb); cudaFree(dgb);
+    }
+    /* add_rmsnorm's bf16 variant: x and y as add_rmsnorm, ybf = bf16(y) bit for bit */
+    {
+        float *d2 = malloc(T * n * 4), *xa = malloc(T * n * 4), *xb = malloc(T * n * 4), *ya = malloc(T * n * 4);
+        uint16_t *yb = malloc((size_t)T * n * 2), *dyb;
+        for (int i = 0; i < T * n; i++) d2[i] = frand();
+        float *dd = dup_dev(d2, T * n * 4), *dxa = dup_dev(x, T * n * 4), *dxb = dup_dev(x, T * n * 4), *dya;
+        CK(cudaMalloc((void **)&dya, T * n * 4));
+        CK(cudaMalloc((void **)&dyb, (size_t)T * n * 2));
+        CHECK(cuk_add_rmsnorm(dxa, dd, dw, dw, dya, T, n, 1e-6f, 1, NULL) == 0, "add_rmsnorm");
+        CK(cudaMemcpy(ya, dya, T * n * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(xa, dxa, T * n * 4, cudaMemcpyDeviceToHost));
+        CHECK(cuk_add_rmsnorm_bf16(dxb, dd, dw, dw, dy, T, n, 1e-6f, 1, dyb, NULL) == 0, "add_rmsnorm_bf16");
+        CK(cudaMemcpy(y, dy, T * n * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(xb, dxb, T * n * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(yb, dyb, (size_t)T * n * 2, cudaMemcpyDeviceToHost));
+        long bad = 0;
+        for (int i = 0; i < T * n; i++) bad += xa[i] != xb[i] || ya[i] != y[i] || yb[i] != f32_to_bf16(y[i]);
+        CHECK(bad == 0, "add_rmsnorm_bf16: %ld values differ from add_rmsnorm and its bf16 rounding", bad);
+        free(d2); free(xa); free(xb); free(ya); free(yb);
+        cudaFree(dd); cudaFree(dxa); cudaFree(dxb); cudaFree(dya); cudaFree(dyb);
     }
     /* rope: head_dim 8, 3 heads, dim 6 rotated (partial), attn factor 1.5 */
     {
@@ -364,6 +397,18 @@ static void attention(void) {
     check_attention(130, 1500, 128, 32, 8, 0, 0, 0);
     check_attention(77, 77, 64, 16, 2, 0, 0, 1);
     check_attention(65, 600, 256, 8, 2, 100, 30.f, 1);
+    /* the lean flash-decoding kernel (cuk_flash_decode_set(1)): rows that fit one 16-row tile
+     * (T x G <= 16), each head dim, one split and many (20,000 keys: two passes per
+     * warp), windows, softcap, sinks, keys off the 32-key warp slices */
+    cuk_flash_decode_set(1);
+    check_attention_t(1, 1, 64, 4, 2, 0, 0, 0, 1);
+    check_attention_t(1, 700, 128, 8, 2, 0, 0, 0, 1);
+    check_attention_t(7, 300, 64, 8, 8, 0, 0, 1, 1);
+    check_attention_t(3, 2000, 256, 4, 1, 100, 50.f, 0, 1);
+    check_attention_t(1, 20000, 128, 4, 4, 0, 0, 0, 1);
+    check_attention_t(2, 4096, 96, 16, 2, 0, 0, 0, 1);
+    check_attention_t(1, 333, 192, 12, 4, 0, 20.f, 1, 1);
+    cuk_flash_decode_set(0);
 }
 
 /* ---- benchmark: decode matvec bandwidth beside a device-to-device copy ---- */

@@ -47,6 +47,7 @@ int cuda_ok(cuda_backend *c, cudaError_t e, const char *what) {
 
 void *cuda_grow(cuda_backend *c, grow_buf *g, size_t bytes, const char *what) {
     if (bytes <= g->cap) return g->p;
+    cuda_touch(c);
     cuda_steps_forget(c); /* captured graphs hold the old address */
     if (g->p) {
         cudaStreamSynchronize(c->stream);
@@ -88,6 +89,7 @@ static void *cuda_alloc(backend *b, size_t bytes) {
     cuda_backend *c = cu(b);
     void *p = NULL;
     cuda_here(c); /* cudaMalloc allocates on the thread's current GPU */
+    cuda_touch(c);
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 16);
     if (e == cudaSuccess && !cuda_ok(c, cudaMemsetAsync(p, 0, bytes ? bytes : 16, c->stream), "memset")) {
         cudaFree(p);
@@ -108,6 +110,7 @@ static void cuda_release(backend *b, void *p) {
     cuda_here(cu(b));
     if (!p) return;
     cuda_step_stop(cu(b)); /* recorded ops may still use it */
+    cuda_touch(cu(b));
     cudaStreamSynchronize(cu(b)->stream);
     cudaFree(p);
 }
@@ -115,6 +118,7 @@ static void cuda_release(backend *b, void *p) {
 void cuda_stage_upload(cuda_backend *c, void *dst, const void *host, size_t n) {
     if (!n || c->failed) return;
     c->n_uploads++;
+    cuda_touch(c);
     if (!c->stage || n > STAGE_HALF / 4) { /* large (weights at load time): the plain copy */
         cuda_ok(c, cudaMemcpyAsync(dst, host, n, cudaMemcpyHostToDevice, c->stream), "upload");
         return;
@@ -428,6 +432,7 @@ void cuda_moe(backend *b, const moe_experts *e, const float *x, const int32_t *s
     float *gu = xg + (long)T * H;     /* [T, 2I] gate and up outputs */
     float *a = gu + (long)T * 2 * I;  /* [T, I] activations */
     float *o = a + (long)T * I;       /* [T, H] expert outputs */
+    cuda_touch(c);
     if (!cuda_ok(c, cudaMemsetAsync(out, 0, (size_t)T * H * 4, c->stream), "moe")) return;
     for (int ex = 0; ex < e->n_experts; ex++) {
         const int m = off[ex + 1] - off[ex];

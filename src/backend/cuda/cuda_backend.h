@@ -101,6 +101,15 @@ typedef struct {
     void *dvalues;        /* [STEP_VALUES] device: what the ops read */
     step_graph graphs[STEP_GRAPHS];
     long steps;
+    /* The fast precision's staged activations: xbf holds bf16(xbf_src [xbf_n]) when
+     * xbf_seq + 1 == op_seq, i.e. the last op enqueued was the product that staged it
+     * and nothing else has written device memory since (op_seq counts every op run and
+     * every other write: uploads, allocations, graph launches, expert calls). Products
+     * that read the same activations one after another (q, k, v; gate, up) convert
+     * them once. */
+    const float *xbf_src;
+    long xbf_n;
+    unsigned long op_seq, xbf_seq;
     /* CELER_PROFILE=1: every op timed alone (no graphs), GPU time summed per kind */
     int profile;
     cudaEvent_t prof_ev[2];
@@ -129,12 +138,14 @@ static inline void cuda_here(const cuda_backend *c) {
 }
 
 /* Runs a kernel launcher unless an earlier op failed; keeps its failure. */
-#define RUN(call) do { c->n_calls++; if (!c->failed && (call) != 0) cuda_fail(c); } while (0)
+#define RUN(call) do { c->n_calls++; cuda_touch(c); if (!c->failed && (call) != 0) cuda_fail(c); } while (0)
 
 /* backend_cuda.c */
 void cuda_fail(cuda_backend *c);
 int cuda_ok(cuda_backend *c, cudaError_t e, const char *what);
 void *cuda_grow(cuda_backend *c, grow_buf *g, size_t bytes, const char *what);
+/* Something other than an op wrote device memory: staged activations are stale. */
+static inline void cuda_touch(cuda_backend *c) { c->op_seq += 2; }
 /* host -> device through the pinned staging ring (small copies never wait) */
 void cuda_stage_upload(cuda_backend *c, void *dst, const void *host, size_t n);
 void cuda_wait_begin(cuda_backend *c);

@@ -50,6 +50,8 @@ int cuk_gemm(void *cublas, const weight *w, const float *x, float *y, int T, uin
  * weights are read once (a batched decode step is bound by that read), and y is the sum
  * of its halves. */
 #define CUK_GEMM_STACK_MAX_T 256
+/* fast: 0 exact, 1 fast, 2 fast with xbf already holding bf16(x) (the caller staged x
+ * for the previous product and nothing has written x or xbf since: no conversion). */
 int cuk_gemm2(void *cublas, const weight *w, const float *x, float *y, int T, uint16_t *xbf, uint16_t *wbf,
               int64_t wbf_rows, float *y2, int fast, cuk_stream s);
 size_t cuk_gemm_y2_elems(int T, int64_t rows);
@@ -57,6 +59,11 @@ size_t cuk_gemm_y2_elems(int T, int64_t rows);
 int cuk_fill(void *p, size_t n, int kind, float lo, float hi, uint64_t seed, cuk_stream s);
 /* dst [n] = bf16(src [n]) */
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);
+/* add_rmsnorm and glu that also write bf16(y) / bf16(g) to ybf / gbf [T * n] / [n] when not
+ * NULL: the fast precision's next product then reads them without a conversion pass. */
+int cuk_add_rmsnorm_bf16(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n, float eps,
+                         int plus_one, uint16_t *ybf, cuk_stream s);
+int cuk_glu_bf16(float *g, const float *u, long n, int act, uint16_t *gbf, cuk_stream s);
 /* The launcher of every KERNEL op of backend/ops_list.h (contracts there):
  * cuk_<op>(its arguments, stream), S arguments as pointers read on the host at
  * launch (rope_table: inv_freq on the device). qk_norm_rope needs head_dim <= 512. */
@@ -80,6 +87,9 @@ size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys);
 int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
                         const attn_params *p, float *out, float *work, int *splits, cuk_stream s);
 size_t cuk_flash_work(int T, int n_heads, int head_dim, int n_keys);
+/* 1: rows that fit one 16-row tile (T x n_heads / n_kv <= 16: decode) take the lean
+ * flash-decoding kernel (kernel_flash_decode); 0 (the default): the 64-row kernel. */
+void cuk_flash_decode_set(int on);
 /* The count that stands for n_keys's split count (>= n_keys below 16,384 keys). */
 int cuk_attention_bucket(int n_keys);
 /* A batched decode step (attention_batch.cu): one row per sequence, what differs per

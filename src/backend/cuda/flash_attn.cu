@@ -77,6 +77,13 @@ __device__ __forceinline__ void fa_cp16(uint16_t *s, const uint16_t *g) {
 __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
+/* Key j's row of KV head g in a cache K or V (the one place that knows the cache's row
+ * layout: rows of `stride` elements, heads side by side, so a paged layout swaps this) */
+template <int HD>
+__device__ __forceinline__ const uint16_t *fa_row(const uint16_t *__restrict__ X, int j, long stride, int g) {
+    return X + (long)j * stride + (long)g * HD;
+}
+
 /* rows [FA_BN) of a K or V tile from the cache (zeros at and past key je) into s [FA_BN][S] */
 template <int HD>
 __device__ __forceinline__ void fa_load_tile(uint16_t *s, const uint16_t *__restrict__ X, int j0, int n, long stride, int g) {
@@ -84,7 +91,7 @@ __device__ __forceinline__ void fa_load_tile(uint16_t *s, const uint16_t *__rest
     for (int i = threadIdx.x; i < FA_BN * CH; i += FA_WARPS * 32) {
         const int j = i / CH, c = (i % CH) * 8;
         uint16_t *d = s + j * S + c;
-        if (j0 + j < n) fa_cp16(d, X + (long)(j0 + j) * stride + (long)g * HD + c);
+        if (j0 + j < n) fa_cp16(d, fa_row<HD>(X, j0 + j, stride, g) + c);
         else *(uint4 *)d = make_uint4(0, 0, 0, 0);
     }
 }
@@ -284,6 +291,254 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
     }
 }
 
+/* ---- decode: a lean tile for a few query rows over many keys --------------------
+ * When all query rows of one KV head's group fit one m16 tile (T * G <= 16: decode,
+ * and short chunks), kernel_flash_attn would stage 64 rows (48 of them padding) and walk
+ * its split's keys as 64-key tiles one after the other, the copies of each tile waited
+ * for before its scores (two serialized load latencies per 128-key split). Here the
+ * block's 4 warps share the one 16-row query tile and split the keys instead: warp w
+ * takes keys [j0 + 32 w, j0 + 32 w + 32) of each 128-key pass, each warp copies its own
+ * K and V rows (all four warps' copies are in flight at once, so a split of 128 keys is
+ * one load latency) and keeps its own online softmax; at the end the warps' maxima,
+ * sums and accumulators are combined through shared memory into the split's partial
+ * (kernel_fa_merge's format) or, with one split, the normalized output. */
+#define FD_WARPS 4
+#define FD_KW 32 /* keys a warp takes per pass */
+
+template <int HD> struct fd_cfg {
+    static constexpr int S = HD + 8; /* padded shared row, in bf16 elements */
+    static constexpr size_t kv = (size_t)FD_WARPS * 2 * FD_KW * S * sizeof(uint16_t); /* per warp: K, V rows */
+    static constexpr size_t comb = (size_t)FD_WARPS * 16 * HD * sizeof(float);         /* the warps' accumulators */
+    static constexpr size_t smem = (size_t)16 * S * sizeof(uint16_t) + (kv > comb ? kv : comb);
+};
+
+/* grid (n_kv, splits): as kernel_flash_attn with T * G <= 16 (one block of rows) */
+template <int HD>
+__global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode(const float *__restrict__ q, const int32_t *__restrict__ qpos,
+                                                                    int T, const uint16_t *__restrict__ K,
+                                                                    const uint16_t *__restrict__ V, const int32_t *__restrict__ kpos,
+                                                                    int n, const int32_t *__restrict__ n_dev, long stride,
+                                                                    int n_heads, int n_kv, float scale, int window, float softcap,
+                                                                    const float *__restrict__ sinks, float *__restrict__ out,
+                                                                    float *__restrict__ part) {
+    cuk_pdl_start();
+    constexpr int S = fd_cfg<HD>::S, NT = HD / 8, KS = HD / 16, CH = HD / 8;
+    constexpr bool QREG = HD <= 128;
+    extern __shared__ uint4 fd_sh4[];
+    uint16_t *sq = (uint16_t *)fd_sh4;          /* [16][S] queries (bf16) */
+    float *scomb = (float *)(sq + 16 * S);      /* [FD_WARPS][16][HD] after the keys (aliases them) */
+    __shared__ float sm[FD_WARPS][16], sl[FD_WARPS][16];
+    const int G = n_heads / n_kv, g = blockIdx.x, total = T * G;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, lg = lane >> 2, lt = lane & 3;
+    uint16_t *sk = sq + 16 * S + warp * 2 * FD_KW * S; /* [FD_KW][S] this warp's keys */
+    uint16_t *sv = sk + FD_KW * S;                      /* [FD_KW][S] and values */
+    if (n_dev) n = *n_dev;
+    const int splits = gridDim.y, per = (n + splits - 1) / splits;
+    const int jb = (int)blockIdx.y * per, je = min(n, jb + per);
+
+    /* this warp's rows [j0, j0 + FD_KW) of K and V (zeros past je) as two copy groups */
+    auto load = [&](int j0) {
+        for (int i = lane; i < FD_KW * CH; i += 32) {
+            const int j = i / CH, c = (i % CH) * 8;
+            uint16_t *d = sk + j * S + c;
+            if (j0 + j < je) fa_cp16(d, fa_row<HD>(K, j0 + j, stride, g) + c);
+            else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+        }
+        fa_commit();
+        for (int i = lane; i < FD_KW * CH; i += 32) {
+            const int j = i / CH, c = (i % CH) * 8;
+            uint16_t *d = sv + j * S + c;
+            if (j0 + j < je) fa_cp16(d, fa_row<HD>(V, j0 + j, stride, g) + c);
+            else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+        }
+        fa_commit();
+    };
+    int j0 = jb + warp * FD_KW;
+    if (j0 < je) load(j0); /* the first pass's copies go out before the queries are staged */
+
+    for (int i = threadIdx.x; i < 16 * HD / 4; i += FD_WARPS * 32) {
+        const int r = i / (HD / 4), c = (i % (HD / 4)) * 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < total) v = *(const float4 *)(q + ((long)(r / G) * n_heads + g * G + r % G) * HD + c);
+        *(uint2 *)(sq + r * S + c) = make_uint2(fa_pack(v.x, v.y), fa_pack(v.z, v.w));
+    }
+    int qlo = INT_MAX, qhi = INT_MIN;
+    for (int t = 0; t < T; t++) {
+        qlo = min(qlo, (int)qpos[t]);
+        qhi = max(qhi, (int)qpos[t]);
+    }
+    const int ra = lg, rb = lg + 8;
+    const int qpa = ra < total ? qpos[ra / G] : INT_MIN, qpb = rb < total ? qpos[rb / G] : INT_MIN;
+    const uint16_t *qrow = sq + ((lane & 7) + ((lane >> 3) & 1) * 8) * S + (lane >> 4) * 8;
+    __syncthreads(); /* the queries are staged */
+    uint32_t qf[QREG ? KS : 1][4];
+    if (QREG) {
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) fa_ldsm4(qf[QREG ? kk : 0], qrow + kk * 16);
+    }
+
+    float o[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float ma = -INFINITY, mb = -INFINITY, la = 0.f, lb = 0.f;
+    for (; j0 < je; j0 += FD_WARPS * FD_KW) {
+        if (j0 != jb + warp * FD_KW) { /* a later pass: the last one's reads are done */
+            __syncwarp();
+            load(j0);
+        }
+        const bool kv_ok = j0 + lane < je;
+        const int kp_l = kv_ok ? kpos[j0 + lane] : INT_MAX;
+        int klo = kp_l, khi = kv_ok ? kp_l : INT_MIN;
+#pragma unroll
+        for (int o2 = 16; o2 > 0; o2 >>= 1) {
+            klo = min(klo, __shfl_xor_sync(0xffffffffu, klo, o2));
+            khi = max(khi, __shfl_xor_sync(0xffffffffu, khi, o2));
+        }
+        if (klo > qhi || (window > 0 && khi <= qlo - window)) { /* no row sees these keys */
+            fa_wait<0>();
+            continue;
+        }
+        fa_wait<1>(); /* this lane's key copies have landed */
+        __syncwarp();  /* and every lane's */
+        float sc[FD_KW / 8][4];
+#pragma unroll
+        for (int i = 0; i < FD_KW / 8; i++) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t a[4];
+            if (QREG) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) a[e] = qf[QREG ? kk : 0][e];
+            } else {
+                fa_ldsm4(a, qrow + kk * 16);
+            }
+#pragma unroll
+            for (int np = 0; np < FD_KW / 16; np++) {
+                uint32_t b[4];
+                fa_ldsm4(b, sk + (np * 16 + (lane & 7) + (lane >> 4) * 8) * S + kk * 16 + ((lane >> 3) & 1) * 8);
+                fa_mma(sc[2 * np], a, b[0], b[1]);
+                fa_mma(sc[2 * np + 1], a, b[2], b[3]);
+            }
+        }
+        float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < FD_KW / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = nt * 8 + 2 * lt + (e & 1), qp = e < 2 ? qpa : qpb;
+                const int kp = __shfl_sync(0xffffffffu, kp_l, j);
+                float s = sc[nt][e] * scale;
+                if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+                const bool vis = j0 + j < je && kp <= qp && (window <= 0 || qp - kp < window);
+                s = vis ? s : -INFINITY;
+                sc[nt][e] = s;
+                if (e < 2) xa = fmaxf(xa, s);
+                else xb = fmaxf(xb, s);
+            }
+#pragma unroll
+        for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+            xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, o2));
+            xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, o2));
+        }
+        const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
+        const float ua = na == -INFINITY ? 0.f : na, ub = nb == -INFINITY ? 0.f : nb;
+        const float fa = __expf(ma - ua), fb = __expf(mb - ub);
+        ma = na;
+        mb = nb;
+        float pa = 0.f, pb = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < FD_KW / 8; nt++) {
+            sc[nt][0] = __expf(sc[nt][0] - ua);
+            sc[nt][1] = __expf(sc[nt][1] - ua);
+            sc[nt][2] = __expf(sc[nt][2] - ub);
+            sc[nt][3] = __expf(sc[nt][3] - ub);
+            pa += sc[nt][0] + sc[nt][1];
+            pb += sc[nt][2] + sc[nt][3];
+        }
+        la = la * fa + pa;
+        lb = lb * fb + pb;
+#pragma unroll
+        for (int i = 0; i < NT; i++) {
+            o[i][0] *= fa;
+            o[i][1] *= fa;
+            o[i][2] *= fb;
+            o[i][3] *= fb;
+        }
+        fa_wait<0>(); /* the value copies too */
+        __syncwarp();
+#pragma unroll
+        for (int kk = 0; kk < FD_KW / 16; kk++) {
+            const uint32_t a[4] = {fa_pack(sc[2 * kk][0], sc[2 * kk][1]), fa_pack(sc[2 * kk][2], sc[2 * kk][3]),
+                                   fa_pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), fa_pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+            const uint16_t *vrow = sv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + (lane >> 4) * 8;
+#pragma unroll
+            for (int np = 0; np < HD / 16; np++) {
+                uint32_t b[4];
+                fa_ldsm4t(b, vrow + np * 16);
+                fa_mma(o[2 * np], a, b[0], b[1]);
+                fa_mma(o[2 * np + 1], a, b[2], b[3]);
+            }
+        }
+    }
+    /* each warp's row sums over its quad, its maxima and sums to shared memory */
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+        la += __shfl_xor_sync(0xffffffffu, la, o2);
+        lb += __shfl_xor_sync(0xffffffffu, lb, o2);
+    }
+    if (lt == 0) {
+        sm[warp][ra] = ma;
+        sl[warp][ra] = la;
+        sm[warp][rb] = mb;
+        sl[warp][rb] = lb;
+    }
+    __syncthreads(); /* every warp is done with its keys (scomb reuses their space) */
+    float Ma = -INFINITY, Mb = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < FD_WARPS; w++) {
+        Ma = fmaxf(Ma, sm[w][ra]);
+        Mb = fmaxf(Mb, sm[w][rb]);
+    }
+    const float fa = ma == -INFINITY ? 0.f : __expf(ma - Ma), fb = mb == -INFINITY ? 0.f : __expf(mb - Mb);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        const int c = nt * 8 + 2 * lt;
+        *(float2 *)(scomb + (warp * 16 + ra) * HD + c) = make_float2(o[nt][0] * fa, o[nt][1] * fa);
+        *(float2 *)(scomb + (warp * 16 + rb) * HD + c) = make_float2(o[nt][2] * fb, o[nt][3] * fb);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < total * HD; i += FD_WARPS * 32) {
+        const int r = i / HD, c = i % HD, h = g * G + r % G;
+        const long t = r / G;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < FD_WARPS; w++) M = fmaxf(M, sm[w][r]);
+        float L = 0.f, acc = 0.f;
+#pragma unroll
+        for (int w = 0; w < FD_WARPS; w++) {
+            L += sm[w][r] == -INFINITY ? 0.f : sl[w][r] * __expf(sm[w][r] - M);
+            acc += scomb[(w * 16 + r) * HD + c];
+        }
+        if (part) { /* one split of several: kernel_fa_merge adds the sink and normalizes */
+            float *dst = part + ((t * n_heads + h) * (long)splits + blockIdx.y) * (HD + 2);
+            dst[c] = acc;
+            if (c == 0) {
+                dst[HD] = M;
+                dst[HD + 1] = L;
+            }
+            continue;
+        }
+        float f = 1.f;
+        if (sinks) {
+            const float M2 = fmaxf(M, sinks[h]);
+            f = M == -INFINITY ? 0.f : __expf(M - M2);
+            L = L * f + __expf(sinks[h] - M2);
+        }
+        const float inv = L > 0.f ? f / L : 0.f;
+        out[(t * n_heads + h) * (long)HD + c] = acc * inv;
+    }
+}
+
 #define FA_MAX_SPLITS 128
 
 /* grid T * n_heads, 128 threads: merges the key splits' partials of one (token, head),
@@ -362,6 +617,29 @@ static int flash(const float *q, const int32_t *qpos, int T, const attn_kv *kv, 
     return cuk_check("flash attention");
 }
 
+static int fd_on; /* cuk_flash_decode_set */
+
+extern "C" void cuk_flash_decode_set(int on) { fd_on = on; }
+
+template <int HD>
+static int flash_decode(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
+                        const attn_params *p, float *out, float *work, int splits, cudaStream_t s) {
+    static int ready[64]; /* as flash(): the shared-memory opt-in, once per GPU */
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev < 0 || dev >= 64 || !ready[dev]) {
+        if (cudaFuncSetAttribute(kernel_flash_decode<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)fd_cfg<HD>::smem) != cudaSuccess)
+            return cuk_check("flash decode setup");
+        if (dev >= 0 && dev < 64) ready[dev] = 1;
+    }
+    const dim3 grid((unsigned)p->n_kv, (unsigned)splits);
+    cuk_launch(kernel_flash_decode<HD>, grid, FD_WARPS * 32, fd_cfg<HD>::smem, s, q, qpos, T, (const uint16_t *)kv->k,
+               (const uint16_t *)kv->v, kv->pos, kv->n, n_dev, kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window,
+               p->softcap, p->sinks, out, splits > 1 ? work : (float *)NULL);
+    return cuk_check("flash decode");
+}
+
 extern "C" int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
                                    const attn_params *p, float *out, float *work, int *splits, cuk_stream st) {
     cudaStream_t s = (cudaStream_t)st;
@@ -373,7 +651,20 @@ extern "C" int cuk_flash_attention(const float *q, const int32_t *qpos, int T, c
     if (sp > 1 && !work) return 1;
     *splits = 1; /* merged here */
     int r;
-    switch (p->head_dim) {
+    /* every row in one m16 tile: the lean decode kernel, when switched on
+     * (cuk_flash_decode_set; off by default: faster alone, 20.5 against 29.3 us over 4,096
+     * keys, but the one end-to-end A/B that had it on lost ~0.38 ms a token, not yet
+     * explained: docs/benchmarks/cuda.md) */
+    if ((long)T * (p->n_heads / p->n_kv) <= 16 && fd_on) {
+        switch (p->head_dim) {
+        case 64: r = flash_decode<64>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
+        case 96: r = flash_decode<96>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
+        case 128: r = flash_decode<128>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
+        case 192: r = flash_decode<192>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
+        case 256: r = flash_decode<256>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
+        default: return 1;
+        }
+    } else switch (p->head_dim) {
     case 64: r = flash<64>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
     case 96: r = flash<96>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
     case 128: r = flash<128>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;

@@ -86,7 +86,9 @@ extern "C" int cuk_gemm2(void *cublas, const weight *w, const float *x, float *y
     cublasHandle_t h = (cublasHandle_t)cublas;
     const long n = (long)T * w->cols;
     uint16_t *lo = NULL;
-    if (fast || single_product()) {
+    if (fast == 2) {
+        /* xbf already holds bf16(x): the previous product read the same activations */
+    } else if (fast || single_product()) {
         if (cuk_f32_to_bf16(x, xbf, n, s) != 0) return -1;
     } else {
         lo = xbf + n;

@@ -58,7 +58,8 @@ extern "C" int cuk_rmsnorm(const float *x, const float *w, float *y, int T, int 
  * the per-thread sums run in kernel_rmsnorm's order, so results match the separate
  * kernels bit for bit. Each thread writes only elements it read (y may be d). */
 __global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const float *__restrict__ dw,
-                                   const float *__restrict__ w, float *y, int n, float eps, int plus_one) {
+                                   const float *__restrict__ w, float *y, int n, float eps, int plus_one,
+                                   uint16_t *__restrict__ ybf) {
     cuk_pdl_start();
     float *xr = x + (long)blockIdx.x * n;
     const float *dr = d + (long)blockIdx.x * n;
@@ -79,16 +80,24 @@ __global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const 
     if (!y) return;
     const float r2 = rsqrtf(block_sum(ss, part) / n + eps);
     float *yr = y + (long)blockIdx.x * n;
+    uint16_t *br = ybf ? ybf + (long)blockIdx.x * n : NULL;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float g = w ? (plus_one ? 1.f + w[i] : w[i]) : 1.f;
-        yr[i] = xr[i] * r2 * g;
+        const float v = xr[i] * r2 * g;
+        yr[i] = v;
+        if (br) br[i] = f2bf16(v);
     }
 }
 
 extern "C" int cuk_add_rmsnorm(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n, float eps,
                                int plus_one, cuk_stream s) {
+    return cuk_add_rmsnorm_bf16(x, d, dw, w, y, T, n, eps, plus_one, NULL, s);
+}
+
+extern "C" int cuk_add_rmsnorm_bf16(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n,
+                                    float eps, int plus_one, uint16_t *ybf, cuk_stream s) {
     int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
-    cuk_launch(kernel_add_rmsnorm, T, threads, 0, (cudaStream_t)s, x, d, dw, w, y, n, eps, plus_one);
+    cuk_launch(kernel_add_rmsnorm, T, threads, 0, (cudaStream_t)s, x, d, dw, w, y, n, eps, plus_one, ybf);
     return cuk_check("add_rmsnorm");
 }
 
@@ -174,21 +183,26 @@ extern "C" int cuk_rope(float *x, int T, int n_heads, int head_dim, const int32_
     return cuk_check("rope");
 }
 
-__global__ void kernel_glu(float *g, const float *u, long n, int act) {
+__global__ void kernel_glu(float *g, const float *u, long n, int act, uint16_t *__restrict__ gbf) {
     cuk_pdl_start();
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float v = g[i];
+    float r;
     if (act == 0) {
-        g[i] = v / (1.f + expf(-v)) * u[i];
+        r = v / (1.f + expf(-v)) * u[i];
     } else {
         const float k = 0.7978845608028654f;
-        g[i] = 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v))) * u[i];
+        r = 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v))) * u[i];
     }
+    g[i] = r;
+    if (gbf) gbf[i] = f2bf16(r);
 }
 
-extern "C" int cuk_glu(float *g, const float *u, long n, int act, cuk_stream s) {
-    cuk_launch(kernel_glu, blocks_for(n, 256), 256, 0, (cudaStream_t)s, g, u, n, act);
+extern "C" int cuk_glu(float *g, const float *u, long n, int act, cuk_stream s) { return cuk_glu_bf16(g, u, n, act, NULL, s); }
+
+extern "C" int cuk_glu_bf16(float *g, const float *u, long n, int act, uint16_t *gbf, cuk_stream s) {
+    cuk_launch(kernel_glu, blocks_for(n, 256), 256, 0, (cudaStream_t)s, g, u, n, act, gbf);
     return cuk_check("glu");
 }
 

@@ -18,6 +18,7 @@
  * Ops that need the host in the middle of a step (a download, a free, expert
  * routing, a product without a matrix-vector kernel) end the recording first: what
  * was recorded runs, and the rest of the step runs op by op. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,8 +136,43 @@ void cuda_profile_print(const cuda_backend *c) {
     }
 }
 
+#define STAGE_MIN_ROWS 8
+
+/* The fast precision: a residual add + norm, or a GLU, whose output a product reads
+ * next also writes it rounded to bf16 into the GEMM staging (when that is large
+ * enough: from the second forward on), so the product skips its conversion pass (the
+ * same rounding, so the same bits). 1 when it ran e. */
+static int stage_ahead(cuda_backend *c, const step_op *e, cudaStream_t st) {
+    if (!c->self->fast) return 0;
+    /* prefill-sized ops only: decode steps (up to STAGE_MIN_ROWS rows) leave the kernels
+     * as they were, whatever their products run on */
+    const float *y;
+    long n;
+    if (e->op == SOP_add_rmsnorm && e->u.add_rmsnorm.y) {
+        const op_add_rmsnorm_args *a = &e->u.add_rmsnorm;
+        y = a->y;
+        n = (long)a->T * a->n;
+        if (a->T <= STAGE_MIN_ROWS || (size_t)n * 2 > c->xbf.cap) return 0;
+        RUN(cuk_add_rmsnorm_bf16(a->x, a->d, a->dw, a->w, a->y, a->T, a->n, a->eps, a->plus_one, c->xbf.p, st));
+    } else if (e->op == SOP_glu) {
+        const op_glu_args *a = &e->u.glu;
+        y = a->g;
+        n = a->n;
+        if (n <= STAGE_MIN_ROWS * 65536L || (size_t)n * 2 > c->xbf.cap) return 0; /* the GLU knows no rows */
+        RUN(cuk_glu_bf16(a->g, a->u, a->n, a->act, c->xbf.p, st));
+    } else {
+        return 0;
+    }
+    c->xbf_src = c->failed ? NULL : y;
+    c->xbf_n = n;
+    c->xbf_seq = c->op_seq;
+    return 1;
+}
+
 static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
     cudaStream_t st = c->stream;
+    c->op_seq++; /* the staged activations stay valid only from one product to the next */
+    if (stage_ahead(c, e, st)) return;
     switch (e->op) {
 /* a KERNEL op: its launcher over the recorded arguments */
 #define CUDA_OP_RUN(name)                            \
@@ -156,8 +192,19 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
             RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
         } else {
             const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
-            RUN(cuk_gemm2(c->blas, w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows,
-                          cuk_gemm_y2_elems(T, wrows ? wrows : w->rows) ? c->y2.p : NULL, c->self->fast, st));
+            const float *x = e->u.matmul.x;
+            const long n = (long)T * w->cols;
+            /* fast: activations the previous op (a product) staged are not converted again */
+            const int staged = c->self->fast && c->xbf_src == x && c->xbf_n == n && c->xbf_seq + 1 == c->op_seq;
+            RUN(cuk_gemm2(c->blas, w, x, e->u.matmul.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows,
+                          cuk_gemm_y2_elems(T, wrows ? wrows : w->rows) ? c->y2.p : NULL,
+                          c->self->fast ? 1 + staged : 0, st));
+            /* y must not overlap x for the staging to stay valid (never so in the forward) */
+            const uintptr_t ya = (uintptr_t)e->u.matmul.y, xa = (uintptr_t)x;
+            const int apart = ya + (uintptr_t)T * (uintptr_t)w->rows * sizeof(float) <= xa || xa + (uintptr_t)n * sizeof(float) <= ya;
+            c->xbf_src = c->self->fast && !c->failed && apart ? x : NULL;
+            c->xbf_n = n;
+            c->xbf_seq = c->op_seq;
         }
         break;
     }
@@ -357,6 +404,7 @@ static step_graph *capture(cuda_backend *c) {
     memcpy(g->ops, c->tape, (size_t)c->n_tape * sizeof *g->ops);
     g->n = c->n_tape;
     cudaGraph_t graph = NULL;
+    cuda_touch(c); /* a replay must not count on what the ops before it staged */
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed);
     if (e == cudaSuccess) {
         cuk_set_pdl(1);
@@ -408,6 +456,7 @@ void cuda_step_end(backend *b) {
     if (g) {
         g->used = c->steps;
         c->n_replays++;
+        cuda_touch(c);
         cuda_ok(c, cudaGraphLaunch(g->exec, c->stream), "graph launch");
     } else {
         /* a new list: run it, and keep it to capture if the next step repeats it */
