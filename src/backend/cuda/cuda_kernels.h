@@ -25,7 +25,7 @@ void cuk_set_pdl(int on);
 /* Batch sizes up to CUK_MV_MAX_T use the matrix-vector kernels; larger ones GEMM. */
 #define CUK_MV_MAX_T 8
 
-/* W [rows, cols] @ x [T, cols] -> y [T, rows], T <= CUK_MV_MAX_T (bf16, f16, f32, affine 4/8-bit).
+/* W [rows, cols] @ x [T, cols] -> y [T, rows], T <= CUK_MV_MAX_T (bf16, f16, f32, affine 4/8-bit, MXFP4).
  * Quantized weights multiply int8-quantized activations (per 32 or 16 values, with
  * exact float sums for the bias term) on dp4a; work holds cuk_matvec_work() bytes. */
 int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, cuk_stream s);
@@ -53,6 +53,13 @@ int cuk_gemm(void *cublas, const weight *w, const float *x, float *y, int T, uin
 int cuk_gemm2(void *cublas, const weight *w, const float *x, float *y, int T, uint16_t *xbf, uint16_t *wbf,
               int64_t wbf_rows, float *y2, int fast, cuk_stream s);
 size_t cuk_gemm_y2_elems(int T, int64_t rows);
+/* Prefill products of quantized weights with the dequantization inside the tensor-core
+ * product (qgemm.cu): y [T, rows] = x [T, cols] times w^T, x rounded once to bf16 (fast)
+ * or split into two bf16 terms (exact) in xbf (cuk_gemm_xbf_elems(T, cols) values).
+ * Covers MLX affine 4/8-bit at the fast precision and MXFP4 at both (its dequantized
+ * values are exact in bf16); cuk_qgemm_supports says which (CUK_QGEMM=0: none). */
+int cuk_qgemm_supports(const weight *w, int fast);
+int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint16_t *xbf, int fast, cuk_stream s);
 /* dst [n] = bf16(src [n]) */
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);
 /* The launcher of every KERNEL op of backend/ops_list.h (contracts there):
