@@ -268,7 +268,7 @@ extern "C" int cuk_qgemm_supports(const weight *w, int fast) {
         return 0;
     if (w->fmt == WF_MXFP4) return w->scales != NULL;
     return fast && w->fmt == WF_AFFINE && (w->bits == 4 || w->bits == 8) &&
-           (w->group == 32 || w->group == 64 || w->group == 128) && w->scales && w->biases;
+           (w->group == 32 || w->group == 64 || w->group == 128) && w->cols % w->group == 0 && w->scales && w->biases;
 }
 
 template <int FMT, int BT>
