@@ -152,10 +152,19 @@ static void qgemm_affine(void) {
     check_qgemm("q8g128-f32", WF_AFFINE, 200, 768, 8, 128, SC_F32, Tb, 2, 1);
     check_qgemm("q8g32", WF_AFFINE, 300, 160, 8, 32, SC_BF16, Ta, 5, 1);
     check_qgemm("q8g64-f16", WF_AFFINE, 131, 576, 8, 64, SC_F16, Tb, 2, 1);
-    /* the exact precision keeps the three-product path for affine weights */
+    /* the exact precision keeps the three-product path for affine weights; small
+     * affine products stay on dequantize + cuBLAS (measured faster), MXFP4 never does */
     twin w = make_q(WF_AFFINE, 64, 64, 4, 64, SC_BF16);
     CHECK(!cuk_qgemm_supports(&w.d, 0), "affine weights under exact must not take the fused kernel");
+    CHECK(!cuk_qgemm_wanted(&w.d, 1), "a 64 x 64 affine product should stay on dequantize + cuBLAS");
+    w.d.rows = 4096; /* only the shape is asked */
+    w.d.cols = 4096;
+    CHECK(cuk_qgemm_wanted(&w.d, 1), "a 4096 x 4096 affine product should take the fused kernel");
+    w.d.rows = w.d.cols = 64;
     free_twin(&w);
+    twin m = make_q(WF_MXFP4, 64, 64, 4, 32, SC_BF16);
+    CHECK(cuk_qgemm_wanted(&m.d, 0) && cuk_qgemm_wanted(&m.d, 1), "MXFP4 products should always take the fused kernel");
+    free_twin(&m);
 }
 
 static void qgemm_mxfp4(void) {

@@ -59,6 +59,9 @@ size_t cuk_gemm_y2_elems(int T, int64_t rows);
  * Covers MLX affine 4/8-bit at the fast precision and MXFP4 at both (its dequantized
  * values are exact in bf16); cuk_qgemm_supports says which (CUK_QGEMM=0: none). */
 int cuk_qgemm_supports(const weight *w, int fast);
+/* Whether a prefill product should take it: supported, and (affine) large enough that
+ * the fused kernel measured faster than dequantize + cuBLAS (qgemm.cu). */
+int cuk_qgemm_wanted(const weight *w, int fast);
 int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint16_t *xbf, int fast, cuk_stream s);
 /* dst [n] = bf16(src [n]) */
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);

@@ -271,6 +271,17 @@ extern "C" int cuk_qgemm_supports(const weight *w, int fast) {
            (w->group == 32 || w->group == 64 || w->group == 128) && w->cols % w->group == 0 && w->scales && w->biases;
 }
 
+/* Affine products below QG_MIN_WEIGHTS weights stay on the dequantize + cuBLAS path:
+ * their bf16 copy is cheap and cuBLAS fills the GPU better than this kernel's grid of
+ * 32-128 blocks (measured: qwen3-0.6b q4, products of 1-4M weights, pp512 32.9k tok/s
+ * fused vs 42.7k; llama3-8b's, 25M and more, 8.5k vs 6.5k: docs/benchmarks/cuda.md).
+ * MXFP4 always comes here: under exact the other path is three products. */
+#define QG_MIN_WEIGHTS (1L << 23)
+
+extern "C" int cuk_qgemm_wanted(const weight *w, int fast) {
+    return cuk_qgemm_supports(w, fast) && (w->fmt == WF_MXFP4 || w->rows * w->cols >= QG_MIN_WEIGHTS);
+}
+
 template <int FMT, int BT>
 static void launch(const weight *w, const uint16_t *x, const uint16_t *x2, int T, float *y, cudaStream_t s) {
     static int attr_done; /* per instantiation; the opt-in is per device, cheap to repeat */
