@@ -171,6 +171,10 @@ $(B)/tests/cuda/test_cuda_kernels: tests/cuda/test_cuda_kernels.c $(B)/libceler_
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests -o $@ $< $(B)/libceler_cuda.a $(B)/libceler.a $(CUDA_LDLIBS)
 
+$(B)/tests/cuda/test_cuda_qgemm: tests/cuda/test_cuda_qgemm.c tests/harness.h $(B)/libceler_cuda.a $(B)/libceler.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests -o $@ $< $(B)/libceler_cuda.a $(B)/libceler.a $(CUDA_LDLIBS)
+
 $(B)/tests/cuda/test_cuda_sample: tests/cuda/test_cuda_sample.c tests/harness.h $(B)/libceler_cuda.a $(B)/libceler.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests -o $@ $< $(B)/libceler_cuda.a $(B)/libceler.a $(CUDA_LDLIBS)
@@ -195,12 +199,13 @@ $(B)/tests/cuda/test_cuda_batch: tests/cuda/test_cuda_batch.c tests/harness.h te
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
 
-cuda: $(B)/tests/cuda/test_cuda_batch $(B)/tests/cuda/test_cuda_decode $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/tests/cuda/test_cuda_precision $(B)/libceler-cuda.so
+cuda: $(B)/tests/cuda/test_cuda_qgemm $(B)/tests/cuda/test_cuda_batch $(B)/tests/cuda/test_cuda_decode $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/tests/cuda/test_cuda_precision $(B)/libceler-cuda.so
 
 # On the GPU machine: kernel tests, every model fixture on the GPU, then the kernel benchmark.
 test-cuda: cuda tests
 	$(B)/tests/cuda/test_cuda_kernels
 	$(B)/tests/cuda/test_cuda_sample
+	$(B)/tests/cuda/test_cuda_qgemm
 	CELER_DEVICE=cuda $(B)/tests/test_fixtures_models
 	$(B)/tests/cuda/test_cuda_precision
 	$(B)/tests/cuda/test_cuda_kv

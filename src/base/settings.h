@@ -38,6 +38,7 @@
     X(CELER_SYNTH_FILL, FLAG, "0", "1: a GPU fills every weight with random values instead of reading the checkpoint (bench --synth)") \
     X(CELER_KV_DTYPE, STR, "auto", "auto, f32 or bf16: KV cache element type (auto: bf16 with fast GPU precision, else f32)") \
     X(CUK_GEMM_BF16X1, FLAG, "0", "1: GPU bf16 GEMMs use one bf16 term instead of two (faster, less exact)")       \
+    X(CUK_QGEMM, FLAG, "1", "0: GPU prefill products of quantized weights dequantize to bf16 for cuBLAS instead of the fused kernel") \
     X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \
     X(CUK_ATTN_NO_MMA, FLAG, "0", "1: GPU prefill over a bf16 KV cache uses the CUDA-core kernels, not flash attention on tensor cores") \
     X(CUK_ATTN_PER_QUERY, FLAG, "0", "1: GPU prefill attention uses the per-query kernel instead of tiles")         \

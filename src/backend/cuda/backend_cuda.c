@@ -2,8 +2,8 @@
  * experts, built into libceler-cuda.so (loaded by backend/backend_open.c); the
  * arithmetic ops and decode-step graphs are in step_ops.c. Everything runs in order
  * on one stream; only downloads wait. Weights are uploaded once in a
- * format the kernels read: bf16/f16/f32 and MLX affine 4/8-bit as stored, any other
- * format (MXFP4, other affine widths) converted to bf16 on the device, input-major
+ * format the kernels read: bf16/f16/f32, MLX affine 4/8-bit and MXFP4 as stored, any
+ * other format (other affine widths) converted to bf16 on the device, input-major
  * experts transposed. Work space (matvec activations, GEMM staging, attention
  * splits, expert routing lists) grows to the largest call and is then reused.
  *

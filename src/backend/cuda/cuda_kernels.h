@@ -25,7 +25,7 @@ void cuk_set_pdl(int on);
 /* Batch sizes up to CUK_MV_MAX_T use the matrix-vector kernels; larger ones GEMM. */
 #define CUK_MV_MAX_T 8
 
-/* W [rows, cols] @ x [T, cols] -> y [T, rows], T <= CUK_MV_MAX_T (bf16, f16, f32, affine 4/8-bit).
+/* W [rows, cols] @ x [T, cols] -> y [T, rows], T <= CUK_MV_MAX_T (bf16, f16, f32, affine 4/8-bit, MXFP4).
  * Quantized weights multiply int8-quantized activations (per 32 or 16 values, with
  * exact float sums for the bias term) on dp4a; work holds cuk_matvec_work() bytes. */
 int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, cuk_stream s);
@@ -57,6 +57,16 @@ int cuk_gemm2(void *cublas, const weight *w, const float *x, float *y, int T, ui
 size_t cuk_gemm_y2_elems(int T, int64_t rows);
 /* p [n elements] random (fill.cu): kind 0 bytes; 1 bf16, 2 f16, 3 f32 uniform in [lo, hi) */
 int cuk_fill(void *p, size_t n, int kind, float lo, float hi, uint64_t seed, cuk_stream s);
+/* Prefill products of quantized weights with the dequantization inside the tensor-core
+ * product (qgemm.cu): y [T, rows] = x [T, cols] times w^T, x rounded once to bf16 (fast)
+ * or split into two bf16 terms (exact) in xbf (cuk_gemm_xbf_elems(T, cols) values).
+ * Covers MLX affine 4/8-bit at the fast precision and MXFP4 at both (its dequantized
+ * values are exact in bf16); cuk_qgemm_supports says which (CUK_QGEMM=0: none). */
+int cuk_qgemm_supports(const weight *w, int fast);
+/* Whether a prefill product should take it: supported, and (affine) large enough that
+ * the fused kernel measured faster than dequantize + cuBLAS (qgemm.cu). */
+int cuk_qgemm_wanted(const weight *w, int fast);
+int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint16_t *xbf, int fast, cuk_stream s);
 /* dst [n] = bf16(src [n]) */
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);
 /* add_rmsnorm and glu that also write bf16(y) / bf16(g) to ybf / gbf [T * n] / [n] when not

@@ -1,7 +1,7 @@
 /* backend/cuda/matvec.cu: decode matrix-vector products (batch T <= CUK_MV_MAX_T):
  * one warp per output row streams the row with 16-byte loads, two in flight per lane,
  * and keeps T accumulators; x is read through L1, where every warp of a block finds it.
- * Formats: bf16, f16, f32 and MLX affine 4- and 8-bit (groups 32/64/128). MLX affine
+ * Formats: bf16, f16, f32, MLX affine 4- and 8-bit (groups 32/64/128) and MXFP4. MLX affine
  * at T = 1 has its own kernel (kernel_mv_affine_x1: x staged in shared memory, codes
  * turned into floats by a mask alone), exact to float rounding like the general one. */
 #include <cuda_fp16.h>
@@ -289,6 +289,72 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_affine_f(const uint32
                 const float sc = scale_load(S, stype, g), bi = scale_load(B, stype, g);
 #pragma unroll
                 for (int t = 0; t < T; t++) acc[r][t] += sc * dot[t] + bi * sx[t];
+            }
+        }
+    }
+    store_rows<T, R>(acc, lane, row0, rows, y);
+}
+
+/* MXFP4 (e2m1 codes, 8 per word LSB first, an e8m0 power of two per 32 values) on
+ * float activations, laid out as kernel_mv_affine_f: lane l takes words l, l + 32, ...
+ * of the row, U in flight. A code's magnitude is read doubled, as an integer (0, 1,
+ * 2, 3, 4, 6, 8, 12: one nibble of 0xC8643210), so over a word dot(w, x) =
+ * 2^(e - 128) * sum(+-m2 * x), exact to float rounding. */
+__device__ __forceinline__ float mx4_m2(uint32_t c) { /* the doubled magnitude as a float, signed */
+    const float m = __uint_as_float(0x4B000000u | ((0xC8643210u >> (4 * (c & 7))) & 15u)) - 8388608.f;
+    return (c & 8) ? -m : m;
+}
+
+template <int T, int R>
+__global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_mxfp4(const uint32_t *__restrict__ W, const uint8_t *__restrict__ S,
+                                                               const float *__restrict__ x, float *__restrict__ y, int rows,
+                                                               long cols) {
+    cuk_pdl_start();
+    constexpr int U = T <= 2 ? 16 : 8;
+    const int lane = threadIdx.x & 31, row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
+    if (row0 >= rows) return;
+    const long wpr = cols / 8, ng = cols / 32;
+    float acc[R][T];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) acc[r][t] = 0.f;
+    for (long w0 = lane; w0 < wpr; w0 += 32L * U) {
+        uint32_t u[R][U];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int i = 0; i < U; i++) {
+                const long wi = w0 + 32L * i;
+                u[r][i] = wi < wpr ? ld_stream_u32(W + (long)min(row0 + r, rows - 1) * wpr + wi) : 0u;
+            }
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            const long wi = w0 + 32L * i;
+            if (wi >= wpr) break;
+            const long c = wi * 8;
+            float xs[T][8];
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                const float4 a = __ldg((const float4 *)(x + t * cols + c)), b = __ldg((const float4 *)(x + t * cols + c + 4));
+                xs[t][0] = a.x; xs[t][1] = a.y; xs[t][2] = a.z; xs[t][3] = a.w;
+                xs[t][4] = b.x; xs[t][5] = b.y; xs[t][6] = b.z; xs[t][7] = b.w;
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float dot[T];
+#pragma unroll
+                for (int t = 0; t < T; t++) dot[t] = 0.f;
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    const float m = mx4_m2((u[r][i] >> (4 * k)) & 15u);
+#pragma unroll
+                    for (int t = 0; t < T; t++) dot[t] = fmaf(m, xs[t][k], dot[t]);
+                }
+                const uint32_t e = __ldg(S + (long)min(row0 + r, rows - 1) * ng + (wi >> 2));
+                const float sc = __uint_as_float(e >= 2 ? (e - 1) << 23 : 0x00200000u << e); /* 2^(e - 128) */
+#pragma unroll
+                for (int t = 0; t < T; t++) acc[r][t] = fmaf(sc, dot[t], acc[r][t]);
             }
         }
     }
@@ -636,6 +702,10 @@ static void launch_mv_r(const weight *w, const float *x, float *y, void *work, c
         cuk_launch(kernel_mv_f32<T>, g1, block, 0, s, (const float *)w->data, x, y, rows, cols);
         break;
     }
+    case WF_MXFP4:
+        cuk_launch(kernel_mv_mxfp4<T, R>, grid, block, 0, s, (const uint32_t *)w->data, (const uint8_t *)w->scales, x, y,
+                   rows, cols);
+        break;
     case WF_AFFINE: {
         if (!int8_activations()) {
             if (w->bits == 4)
@@ -683,6 +753,7 @@ extern "C" int cuk_matvec_supports(const weight *w) {
     case WF_F32: return 1;
     case WF_AFFINE: /* groups of 32, 64 or 128 (powers of two: the kernels shift) */
         return (w->bits == 4 || w->bits == 8) && (w->group == 32 || w->group == 64 || w->group == 128) && w->cols % 32 == 0;
+    case WF_MXFP4: return w->cols % 32 == 0 && w->scales != NULL;
     default: return 0;
     }
 }

@@ -56,6 +56,8 @@ static int reserve_work(cuda_backend *c, const step_op *e) {
         const weight *w = &e->u.matmul.w;
         const int T = e->u.matmul.T;
         if (gemm_ok(w, T)) return cuda_grow(c, &c->mv, cuk_matvec_work(T, w->cols), "matvec work") != NULL;
+        if (cuk_qgemm_wanted(w, c->self->fast)) /* the fused kernel stages the activations alone */
+            return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") != NULL;
         const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
         const size_t y2 = cuk_gemm_y2_elems(T, wrows ? wrows : w->rows) * sizeof(float);
         return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") &&
@@ -190,6 +192,8 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
         const int T = e->u.matmul.T;
         if (gemm_ok(w, T)) {
             RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
+        } else if (cuk_qgemm_wanted(w, c->self->fast)) {
+            RUN(cuk_qgemm(w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, c->self->fast, st));
         } else {
             const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
             const float *x = e->u.matmul.x;
