@@ -14,7 +14,7 @@ for b in "$@"; do
   cp "$b/celer" "$b/libceler-cuda.so" "$tmp/$b/"
   ldd "$b/celer" >> "$tmp/ldd"
   [ "$b" = "$first" ] && [ "${NO_TESTS:-0}" != 1 ] || continue
-  for t in test_fixtures_models test_snapshot_fixtures; do [ -x "$b/tests/$t" ] && cp "$b/tests/$t" "$tmp/$b/tests/"; done
+  for t in test_fixtures_models test_snapshot_fixtures test_tp; do [ -x "$b/tests/$t" ] && cp "$b/tests/$t" "$tmp/$b/tests/"; done
   for t in "$b"/tests/cuda/test_cuda_*; do [ -x "$t" ] && cp "$t" "$tmp/$b/tests/cuda/" && ldd "$t" >> "$tmp/ldd"; done
 done
 awk '/=> \//{print $3}' "$tmp/ldd" | sort -u > "$tmp/libs"
