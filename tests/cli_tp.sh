@@ -20,6 +20,9 @@ if [ $rc = 0 ] && grep -q 'tg4' <<<"$out"; then ok "bench --tp 2"; else bad "ben
 # bench --synth: a named shape without a checkpoint (on the CPU the sparse file's zeros)
 out=$("$C" bench --synth tiny -p 8 -n 4 -r 1 -t 2 --device cpu --tp 2 2>&1); rc=$?
 if [ $rc = 0 ] && grep -q 'tg4' <<<"$out"; then ok "bench --synth tiny --tp 2"; else bad "bench --synth (exit $rc): $out"; fi
+# -npl on the named shape, not the default model (the batched mode once ignored --synth)
+out=$("$C" bench --synth tiny -npl 1,2 -p 8 -n 4 -r 1 -t 2 --device cpu 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q '^model: llama .*BF16' <<<"$out" && ! grep -q 'Q4/G64' <<<"$out"; then ok "bench --synth tiny -npl"; else bad "bench --synth -npl (exit $rc): $out"; fi
 expect "bench --synth bad" 1 "unknown shape \"nope\"" "$C" bench --synth nope -p 8 -n 4 -r 1 --device cpu
 # serve: a completion at --tp 2 equals one without
 comp() { BODY='{"prompt":"In the beginning","max_tokens":12,"temperature":0}' timeout 60 node tests/server/get.mjs "http://127.0.0.1:$1/v1/completions"; }

@@ -173,16 +173,12 @@ static double step_bytes(const celer_model *m, const celer_model_info *in, const
     return (double)in->weight_bytes + (double)b->pl * bench_mean_kv_bytes(m, b->pp, b->tg);
 }
 
-int bench_batched(const args *a) {
-    if (cli_device_flag(a)) return 2;
+int bench_batched(const args *a, const char *dir) {
     if (args_get(a, "--n-depth")) {
         args_usage_error(a, "flag '--n-depth' (-d) is not used with -npl: each sequence starts from an empty cache");
         return 2;
     }
-    int mst; /* the exit status when there is no model */
-    char defbuf[PATH_MAX];
-    const char *dir = cli_model_arg(a, defbuf, sizeof defbuf, &mst), *fmt = args_get(a, "--output");
-    if (!dir) return mst;
+    const char *fmt = args_get(a, "--output");
     int pls[MAX_LIST], pps[MAX_LIST], tgs[MAX_LIST], n_pl, n_pp, n_tg;
     long reps, threads, ctx_flag, batch;
     if (int_list(a, "--n-parallel", "-npl", 1, 1, MAX_SEQS, pls, &n_pl) ||

@@ -8,9 +8,9 @@
 #include "cli/args.h"
 
 /* Runs the batched benchmark for the flags already parsed into a (cmd_bench's table;
- * --n-parallel is set): the model is opened here. Returns the exit status (2 on a
+ * --n-parallel is set) on the model in dir (cmd_bench resolved -m or --synth), opened here. Returns the exit status (2 on a
  * usage error naming the flag). */
-int bench_batched(const args *a);
+int bench_batched(const args *a, const char *dir);
 
 /* "qwen3 596M Q4/G64": the llama-bench model label of in (buf of n bytes). */
 void bench_model_label(const celer_model_info *in, char *buf, size_t n);

@@ -119,8 +119,8 @@ int cmd_bench(int argc, char **argv) {
               opts, (int)(sizeof opts / sizeof opts[0]), {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
-    if (args_get(&a, "--n-parallel")) return bench_batched(&a);
-    const char *only = args_get(&a, "--ctx-size") ? "-c" : args_get(&a, "--batch-size") ? "-b" : NULL;
+    const int npl = args_get(&a, "--n-parallel") != NULL;
+    const char *only = npl ? NULL : args_get(&a, "--ctx-size") ? "-c" : args_get(&a, "--batch-size") ? "-b" : NULL;
     if (only) { args_usage_error(&a, "flag '%s' belongs to the batched mode: give -npl LIST with it", only); return 2; }
     if (cli_device_flag(&a)) return 2;
     int mst; /* the exit status when there is no model */
@@ -141,6 +141,11 @@ int cmd_bench(int argc, char **argv) {
         dir = synth_dir;
     } else if (!(dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst))) {
         return mst;
+    }
+    if (npl) { /* llama-batched-bench's mode, on the same model (--synth too) */
+        int r = bench_batched(&a, dir);
+        if (synth_dir[0]) bench_synth_clean(synth_dir);
+        return r;
     }
     long np, ng, reps, threads, depth;
     if (args_int(&a, "--n-prompt", 512, 0, 1 << 20, &np) || args_int(&a, "--n-gen", 128, 0, 1 << 20, &ng) ||
