@@ -183,7 +183,7 @@ $(B)/tests/cuda/test_cuda_kv: tests/cuda/test_cuda_kv.c tests/harness.h tests/fi
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
 
-$(B)/tests/cuda/test_cuda_precision: tests/cuda/test_cuda_precision.c tests/harness.h tests/fixture_util.h $(B)/libceler.a
+$(B)/tests/cuda/test_cuda_precision: tests/cuda/test_cuda_precision.c tests/harness.h tests/fixture_util.h tests/precision_envelope.h $(B)/libceler.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
 
