@@ -279,6 +279,21 @@ static int view_rows_in(const kv_cache *c, int i) {
     return r < 0 ? 0 : r > KV_BLOCK ? KV_BLOCK : r;
 }
 
+/* Puts a fresh block at entry i of b's table holding the first `rows` rows of
+ * block `src`; the caller keeps or drops its reference to src. */
+static int copy_block(kv_cache *c, kv_buf *b, int i, int32_t src, int rows) {
+    int32_t nid = kv_block_take(b->cls);
+    if (nid < 0) return err_prefix("kv cache: copying a shared block");
+    size_t kb = rows_bytes(b, rows), off = rows_bytes(b, (long)nid * KV_BLOCK), ooff = rows_bytes(b, (long)src * KV_BLOCK);
+    memcpy((char *)b->cls->k + off, (const char *)b->cls->k + ooff, kb);
+    memcpy((char *)b->cls->v + off, (const char *)b->cls->v + ooff, kb);
+    memcpy(b->cls->pos + (long)nid * KV_BLOCK, b->cls->pos + (long)src * KV_BLOCK, (size_t)rows * sizeof(int32_t));
+    b->table[i] = nid;
+    count(c, 0, (uint64_t)rows * row_bytes(c->row, b->dtype), 0, 1);
+    count_cow_block(c);
+    return 0;
+}
+
 /* Makes block i of c's (paged, unshared) buffer one that no other table holds:
  * copies the view's rows in it into a fresh block (copy-on-write at block
  * granularity). A block past the view never needs it (its rows are nobody's). */
@@ -286,17 +301,8 @@ static int own_block(kv_cache *c, int i) {
     kv_buf *b = c->buf;
     int32_t id = b->table[i];
     if (kv_block_refs(b->cls, id) == 1 || atomic_load(&g_ignore_sharing)) return 0;
-    int32_t nid = kv_block_take(b->cls);
-    if (nid < 0) return err_prefix("kv cache: copying a shared block");
-    int rows = view_rows_in(c, i);
-    size_t kb = rows_bytes(b, rows), off = rows_bytes(b, (long)nid * KV_BLOCK), ooff = rows_bytes(b, (long)id * KV_BLOCK);
-    memcpy((char *)b->cls->k + off, (const char *)b->cls->k + ooff, kb);
-    memcpy((char *)b->cls->v + off, (const char *)b->cls->v + ooff, kb);
-    memcpy(b->cls->pos + (long)nid * KV_BLOCK, b->cls->pos + (long)id * KV_BLOCK, (size_t)rows * sizeof(int32_t));
-    b->table[i] = nid;
+    if (copy_block(c, b, i, id, view_rows_in(c, i)) != 0) return -1;
     kv_block_drop(b->cls, id);
-    count(c, 0, (uint64_t)rows * row_bytes(c->row, b->dtype), 0, 1);
-    count_cow_block(c);
     return 0;
 }
 
@@ -336,10 +342,21 @@ static int cow(kv_cache *c, int top) {
         count(c, 0, 0, 0, 1);
     }
     if (nb->table && c->buf && c->n > 0) {
-        const int nblk = table_len(c->n);
+        /* The block the coming write goes into (the one holding slot n) is copied
+         * now, never shared by reference: a holder appending past the old buffer's
+         * high-water mark under its claim checks that its blocks have one holder,
+         * and a reference taken here only to be dropped a moment later would make
+         * it copy too. */
+        const int nblk = table_len(c->n), eager = top > c->n && c->n % KV_BLOCK ? c->n / KV_BLOCK : -1;
         for (int i = 0; i < nblk; i++) {
-            nb->table[i] = c->buf->table[i];
-            kv_block_ref(nb->cls, nb->table[i]);
+            if (i != eager) {
+                nb->table[i] = c->buf->table[i];
+                kv_block_ref(nb->cls, nb->table[i]);
+            } else if (copy_block(c, nb, i, c->buf->table[i], view_rows_in(c, i)) != 0) {
+                atomic_store(&nb->cap, i * KV_BLOCK);
+                buf_destroy(nb);
+                return -1;
+            }
         }
         atomic_store(&nb->cap, nblk * KV_BLOCK);
     }
