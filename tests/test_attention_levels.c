@@ -121,6 +121,9 @@ static const acase cases[] = {
     {8, 2, 64, 7, 33, 0, 0, 1},      {8, 8, 256, 3, 50, 20, 0, 0},    {32, 4, 128, 9, 100, 0, 30.0f, 0},
     {4, 4, 80, 5, 41, 0, 0, 0},      {8, 1, 64, 2, 129, 16, 0, 1},    {6, 3, 48, 17, 16, 0, 0, 0},
     {16, 8, 512, 2, 35, 0, 0, 0},    {2, 1, 16, 40, 200, 33, 50.0f, 1},
+    /* the rows-in-lanes prefill tiles (8 rows and more) at each tiles-per-task count,
+     * and groups of 3 heads (tiles that split a token's heads) */
+    {16, 8, 256, 20, 90, 0, 0, 0},   {16, 8, 512, 9, 40, 0, 0, 1},    {12, 4, 64, 21, 70, 25, 0, 0},
 };
 
 static int level;

@@ -90,7 +90,8 @@ static void attn_task(void *ctx, int task, int n_tasks) {
 typedef struct {
     const float *q;
     const int32_t *qpos;
-    int T, tq;
+    int T, tq;            /* tokens per task */
+    int rows;             /* 1: attn_rows_avx512 (rows in lanes), 0: attn_tile_avx512 */
     const attn_kv *kv;
     const attn_params *p;
     float *out;
@@ -100,7 +101,7 @@ static void tile_task(void *ctx, int task, int n_tasks) {
     (void)n_tasks;
     const tile_job *j = ctx;
     int t0 = (task / j->p->n_kv) * j->tq, t1 = t0 + j->tq < j->T ? t0 + j->tq : j->T;
-    attn_tile_avx512(j->q, j->qpos, t0, t1, task % j->p->n_kv, j->kv, j->p, j->out);
+    (j->rows ? attn_rows_avx512 : attn_tile_avx512)(j->q, j->qpos, t0, t1, task % j->p->n_kv, j->kv, j->p, j->out);
 }
 
 void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv,
@@ -108,7 +109,9 @@ void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const
     cpu_backend *c = b->impl;
     const int hpk = p->n_heads / p->n_kv;
     if (cpu_level() >= CPU_AVX512 && p->head_dim % 16 == 0 && p->head_dim <= ATTN_MAX_HD && hpk <= 16) {
-        tile_job tj = {q, qpos, T, 16 / hpk, kv, p, out};
+        /* rows in lanes pay off from half a vector of rows; fewer go key-lane (decode) */
+        const int rows = (long)T * hpk >= 8;
+        tile_job tj = {q, qpos, T, 16 / hpk * (rows ? ATTN_ROW_TILES(p->head_dim) : 1), rows, kv, p, out};
         pool_run(c->pool, ((T + tj.tq - 1) / tj.tq) * p->n_kv, tile_task, &tj);
         return;
     }

@@ -19,4 +19,13 @@ extern const attn_kernels attn_kernels_avx512;
 #define ATTN_MAX_HD 512
 void attn_tile_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g, const attn_kv *kv,
                       const attn_params *p, float *out);
+/* The same with the query rows in the vector lanes (attention_avx512.c), for 8 rows
+ * and more (prefill; the key-lane tile above serves decode): up to
+ * ATTN_ROW_TILES(head_dim) tiles of 16 rows, (t1 - t0) * n_heads / n_kv rows in all,
+ * share each key tile (their state, 2 x 16 x head_dim floats per tile, stays within
+ * ATTN_ROW_TILES_MAX x 2 x 16 x 128). */
+#define ATTN_ROW_TILES_MAX 4
+#define ATTN_ROW_TILES(hd) ((hd) <= 128 ? 4 : (hd) <= 256 ? 2 : 1)
+void attn_rows_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g, const attn_kv *kv,
+                      const attn_params *p, float *out);
 #endif
