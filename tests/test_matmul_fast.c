@@ -4,7 +4,8 @@
  *    in double (bf16 activations; int8 activations per block of 32), and the rounding
  *    really happening (the fast result leaves the exact one by the expected amount).
  *  - At every level this processor runs, the fast kernel mm_fast_select_level picks
- *    (vdpbf16ps, vpdpbusd, or the level's exact kernel on rounded activations)
+ *    (vdpbf16ps, vpdpbusd, or the level's exact kernel on rounded activations; 4-bit
+ *    decode: vdpbf16ps on exact codes, or exact where the level lacks AVX512_BF16)
  *    against the portable reference, on shapes off every tile (odd columns, rows off
  *    32 and 4, groups 32/64/128 with a column count off 128, scales bf16/f16/f32,
  *    T from 1 to 129); row splits bit-identical.
@@ -111,6 +112,7 @@ static double max_rel(const float *a, const float *b, const double *scale, long 
 }
 
 static int g_qbf16; /* rounded_ref of affine weights: the bf16 rounding (weights and activations) */
+static int g_q4dot; /* rounded_ref of affine weights: exact weights on bf16 activations */
 
 /* The rounding each kind defines, computed here in double: bf16(x) for bf16 weights;
  * d_b * round(x / d_b), d_b = max|x_b| / 127 per block of 32, for the codes of affine
@@ -125,7 +127,7 @@ static void rounded_ref(const weight *w, const float *x, int T, double *out) {
             double amax = 0;
             for (long j = b * 32; j < (b + 1) * 32 && j < n; j++) amax = fmax(amax, fabs(xt[j]));
             for (long j = b * 32; j < (b + 1) * 32 && j < n; j++)
-                xr[j] = w->fmt == WF_BF16 || g_qbf16 ? bf16_to_f32(f32_to_bf16(xt[j]))
+                xr[j] = w->fmt == WF_BF16 || g_qbf16 || g_q4dot ? bf16_to_f32(f32_to_bf16(xt[j]))
                                                      : amax / 127.0 * (double)roundf(xt[j] * (127.0f / (float)amax));
         }
         for (long r = 0; r < w->rows; r++) {
@@ -143,6 +145,7 @@ static void rounded_ref(const weight *w, const float *x, int T, double *out) {
                     for (long j = g * w->group; j < (g + 1) * w->group; j++) {
                         const double q = round(((double)row[j] - bi) / sc); /* the code */
                         if (g_qbf16) s += (double)bf16_to_f32(f32_to_bf16(fmaf((float)q, sc, bi))) * xr[j];
+                        else if (g_q4dot) s += ((double)sc * q + bi) * xr[j];
                         else s += sc * q * xr[j] + (double)bi * xt[j];
                     }
                 }
@@ -160,7 +163,8 @@ static void reference_rounds(void) {
     struct { weight_fmt f; long rows, cols; int bits, group, T, q; } cs[] = {
         {WF_BF16, 37, 53, 0, 0, 9, 0}, {WF_BF16, 20, 256, 0, 0, 17, 0}, {WF_AFFINE, 37, 288, 4, 32, 3, 0},
         {WF_AFFINE, 21, 192, 8, 64, 5, 0}, {WF_AFFINE, 16, 384, 4, 128, 1, 0}, {WF_AFFINE, 37, 288, 4, 32, 9, 1},
-        {WF_AFFINE, 21, 192, 8, 64, 13, 1}, {WF_AFFINE, 19, 150, 3, 50, 10, 1}};
+        {WF_AFFINE, 21, 192, 8, 64, 13, 1}, {WF_AFFINE, 19, 150, 3, 50, 10, 1}, {WF_AFFINE, 37, 288, 4, 32, 1, 2},
+        {WF_AFFINE, 16, 384, 4, 128, 5, 2}};
     for (size_t c = 0; c < sizeof cs / sizeof *cs; c++) {
         tw t = tw_random(cs[c].f, cs[c].rows, cs[c].cols, cs[c].bits, cs[c].group, SC_BF16);
         const int T = cs[c].T;
@@ -168,13 +172,15 @@ static void reference_rounds(void) {
         float *x = rnd_x((long)T * cs[c].cols), *y = malloc((size_t)n * 4), *ye = malloc((size_t)n * 4);
         double *ref = malloc((size_t)n * 8), *sc = malloc((size_t)n * 8);
         float *s = scratch_for(cs[c].cols);
-        const int bf = cs[c].f == WF_BF16, qb = cs[c].q;
+        /* q: 0 int8 activations, 1 bf16 weights and activations, 2 bf16 activations (decode) */
+        const int bf = cs[c].f == WF_BF16, qb = cs[c].q == 1, q4 = cs[c].q == 2;
         g_qbf16 = qb;
-        setting_override(SET_CELER_CPU_INT8, qb ? "0" : "1");
-        void *xp = prep(&t.w, x, T, bf ? MM_PREP_BF16 : qb ? MM_PREP_ROUND : MM_PREP_Q8);
-        const int want = bf ? MM_FAST_BF16 : qb ? MM_FAST_QBF16 : MM_FAST_Q8;
+        g_q4dot = q4;
+        setting_override(SET_CELER_CPU_INT8, cs[c].q ? "0" : "1");
+        void *xp = prep(&t.w, x, T, bf ? MM_PREP_BF16 : qb || q4 ? MM_PREP_ROUND : MM_PREP_Q8);
+        const int want = bf ? MM_FAST_BF16 : qb ? MM_FAST_QBF16 : q4 ? MM_FAST_Q4DOT : MM_FAST_Q8;
         CHECK(mm_fast_kind(&t.w, T) == want, "case %zu: kind %d", c, mm_fast_kind(&t.w, T));
-        (bf ? mm_fast_portable_bf16 : qb ? mm_fast_portable_qbf16 : mm_fast_portable_q8)(&t.w, xp, y, T, 0, cs[c].rows, s);
+        (bf ? mm_fast_portable_bf16 : qb ? mm_fast_portable_qbf16 : q4 ? mm_portable : mm_fast_portable_q8)(&t.w, xp, y, T, 0, cs[c].rows, s);
         mm_portable(&t.w, x, ye, T, 0, cs[c].rows, s);
         rounded_ref(&t.w, x, T, ref);
         abs_dot(&t.w, x, T, sc);
@@ -185,13 +191,13 @@ static void reference_rounds(void) {
         }
         CHECK(worst < 1e-5, "case %zu: portable %s vs the rounding in double: rel %g", c, bf ? "bf16" : "q8", worst);
         /* bf16: 2^-9 relative per activation; int8: half a step of max|x| / 127 */
-        const double bound = bf || qb ? 1.0 / 128 : 2.0 / 127;
+        const double bound = bf || qb || q4 ? 1.0 / 128 : 2.0 / 127;
         CHECK(moved > 1e-4 && moved < bound, "case %zu: fast leaves exact by %g (want (1e-4, %g))", c, moved, bound);
         free(x); free(y); free(ye); free(ref); free(sc); free(s); free(xp);
         tw_free(&t);
     }
     setting_override(SET_CELER_CPU_INT8, "1");
-    g_qbf16 = 0;
+    g_qbf16 = g_q4dot = 0;
 }
 
 static int level;
@@ -208,9 +214,9 @@ static void check_fast(const weight *w, int T) {
     float *y0 = malloc((size_t)T * rows * 4), *y1 = malloc((size_t)T * rows * 4), *y2 = malloc((size_t)T * rows * 4);
     double *sc = malloc((size_t)T * rows * 8);
     float *s = scratch_for(cols);
-    const int bf = f.kind == MM_FAST_BF16, qb = f.kind == MM_FAST_QBF16;
-    void *xr = prep(w, x, T, bf ? MM_PREP_BF16 : qb ? MM_PREP_ROUND : MM_PREP_Q8), *xk = prep(w, x, T, f.prep);
-    (bf ? mm_fast_portable_bf16 : qb ? mm_fast_portable_qbf16 : mm_fast_portable_q8)(w, xr, y0, T, 0, rows, s);
+    const int bf = f.kind == MM_FAST_BF16, qb = f.kind == MM_FAST_QBF16, q4 = f.kind == MM_FAST_Q4DOT;
+    void *xr = prep(w, x, T, bf ? MM_PREP_BF16 : qb || q4 ? MM_PREP_ROUND : MM_PREP_Q8), *xk = prep(w, x, T, f.prep);
+    (bf ? mm_fast_portable_bf16 : qb ? mm_fast_portable_qbf16 : q4 ? mm_portable : mm_fast_portable_q8)(w, xr, y0, T, 0, rows, s);
     for (long i = 0; i < T * rows; i++) y1[i] = y2[i] = NAN;
     f.k(w, xk, y1, T, 0, rows, s);
     long a = rows < 7 ? rows : 7, b = a + (rows - a) / 3;
@@ -227,6 +233,7 @@ static void check_fast(const weight *w, int T) {
     if (level == CPU_AVX512 && qb && cpu_has_avx512_bf16()) CHECK(strstr(kn, "affine->bf16") != NULL, "avx512+bf16 chose \"%s\"", kn);
     if (level == CPU_AVX512 && bf && cpu_has_avx512_bf16()) CHECK(strstr(kn, "vdpbf16ps") != NULL, "avx512+bf16 chose \"%s\"", kn);
     if (level == CPU_AVX512 && f.kind == MM_FAST_Q8 && cpu_has_avx512_vnni()) CHECK(strstr(kn, "vpdpbusd") != NULL, "avx512+vnni chose \"%s\"", kn);
+    if (q4) CHECK(strstr(kn, "q4 vdpbf16ps") != NULL, "4-bit decode under fast chose \"%s\"", kn);
     free(x); free(y0); free(y1); free(y2); free(sc); free(s); free(xr); free(xk);
 }
 
@@ -256,6 +263,23 @@ static void fast_kernels(void) {
     setting_override(SET_CELER_CPU_INT8, "0"); /* the default: prefill of any affine width through bf16 */
     check_fast(&t.w, 40);
     tw_free(&t);
+    /* 4-bit decode (T < 9, int8 off): vdpbf16ps where the level has AVX512_BF16, else
+     * exact (no fast kernel); columns off 128 and a 64-byte load past the row's end
+     * (the last row's tail chunk) */
+    const int dT[] = {1, 2, 3, 4, 5, 8};
+    for (int g = 0; g < 3; g++)
+        for (int st = 0; st < 3; st++)
+            for (int i = 0; i < 6; i++) {
+                tw u = tw_random(WF_AFFINE, 33 + 3 * i, (long)groups[g] * (g == 0 ? 9 : 3), 4, groups[g], sts[st]);
+                mm_fast f;
+                if (level >= CPU_AVX512 && cpu_has_avx512_bf16()) check_fast(&u.w, dT[i]);
+                else CHECK(!mm_fast_select_level(&u.w, dT[i], level, &f) && f.kind == MM_FAST_NONE,
+                           "%s: 4-bit decode is not exact without AVX512_BF16", cpu_level_name(level));
+                tw_free(&u);
+            }
+    tw big = tw_random(WF_AFFINE, 48, 1024, 4, 64, SC_BF16);
+    if (level >= CPU_AVX512 && cpu_has_avx512_bf16()) check_fast(&big.w, 1);
+    tw_free(&big);
     const int all_bits[] = {2, 3, 4, 5, 6, 8}, aT[] = {9, 16, 29, 129};
     for (int b = 0; b < 6; b++)
         for (int g = 0; g < 3; g++) {

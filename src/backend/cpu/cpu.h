@@ -99,7 +99,7 @@ const uint32_t *mm_bf16_panel(const weight *w, long r, uint32_t *own);
  * rounding (mm_fast_kind) runs on prepared activations: cpu_matmul prepares x once
  * (mm_fast_prep_rows, all threads) into a buffer of mm_fast_prep_bytes, then runs
  * the kernel with that buffer as its x (an mm_kernel whose x is the prepared rows). */
-enum { MM_FAST_NONE = 0, MM_FAST_BF16 = 1, MM_FAST_Q8 = 2, MM_FAST_QBF16 = 3 };
+enum { MM_FAST_NONE = 0, MM_FAST_BF16 = 1, MM_FAST_Q8 = 2, MM_FAST_QBF16 = 3, MM_FAST_Q4DOT = 4 };
 enum { MM_PREP_NONE = 0, MM_PREP_ROUND = 1, MM_PREP_BF16 = 2, MM_PREP_Q8 = 3 };
 /* bf16 weights round their activations from this T on (prefill; decode is bound by
  * reading the weights, which rounding does not change). */

@@ -16,6 +16,10 @@
  *    float32 sums. avx512 with AVX512_BF16: the dequantized panel in pair layout into
  *    the vdpbf16ps GEMM; avx2: its GEMM on a panel rounded in place; generic:
  *    mm_fast_portable_qbf16.
+ *  - 4-bit affine weights at T < MM_FAST_MIN_T (decode), where the processor has
+ *    AVX512_BF16 (elsewhere such products stay exact): activations rounded to bf16,
+ *    the codes, scales and biases exact, float32 sums (matmul_avx512dot.c's q4dot);
+ *    its portable reference is the exact kernel on MM_PREP_ROUND rows (mm_portable).
  *  - with CELER_CPU_INT8=1 only (it fails the evidence rule: on the quantized
  *    fixtures it lands 5-6x outside transformers' bf16 envelope, docs/cpu-kernels.md):
  *    affine 4- and 8-bit weights (group % 32 == 0), every T: each block of 32
@@ -24,7 +28,7 @@
  *    activations in integer dot products (VNNI vpdpbusd where present) and
  *    y = sum_g s_g sum_{b in g} d_b (codes . q)_b + sum_g bias_g xsum_g, with xsum_g
  *    the float32 sum of the (unrounded) activations of group g.
- * Everything else (decode of bf16, f16/f32 weights, 2/3/5/6-bit, MXFP4) stays exact. */
+ * Everything else (decode of bf16, f16/f32 weights, 2/3/5/6/8-bit, MXFP4) stays exact. */
 #include <math.h>
 #include <string.h>
 
@@ -38,6 +42,8 @@ int mm_fast_kind(const weight *w, int T) {
         w->cols % w->group == 0)
         return MM_FAST_Q8;
     if (w->fmt == WF_AFFINE && T >= MM_FAST_MIN_T) return MM_FAST_QBF16;
+    if (w->fmt == WF_AFFINE && w->bits == 4 && w->group >= 32 && (w->group & (w->group - 1)) == 0 && w->cols % w->group == 0)
+        return MM_FAST_Q4DOT; /* a power-of-two group: q4dot finds a lane's group by a shift */
     return MM_FAST_NONE;
 }
 
@@ -240,6 +246,10 @@ int mm_fast_select_level(const weight *w, int T, int level, mm_fast *f) {
     if (level >= CPU_AVX512 && (f->k = mm_fast_select_avx512dot(w, T, kind))) {
         f->prep = kind == MM_FAST_Q8 ? MM_PREP_Q8 : MM_PREP_BF16;
         return 1;
+    }
+    if (kind == MM_FAST_Q4DOT) { /* only vdpbf16ps makes it faster: elsewhere exact */
+        f->kind = MM_FAST_NONE;
+        return 0;
     }
     if (kind == MM_FAST_QBF16) {
         f->prep = MM_PREP_ROUND;

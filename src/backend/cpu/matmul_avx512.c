@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/scales512.h"
 #include "tensor/dtype.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -27,22 +28,9 @@
 INLINE __m512 bf16x16(const uint16_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
-INLINE __m512 bf16x16_mask(const uint16_t *p, __mmask16 m) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-}
 INLINE __m512 f16x16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
-INLINE __m512 f16x16_mask(const uint16_t *p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
 INLINE __m512 f32x16(const float *p) { return _mm512_loadu_ps(p); }
 INLINE __m512 f32x16_mask(const float *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-
-/* Scales or biases [i, i + 16) as float32, lanes outside mask zero. */
-INLINE __m512 scale16(const void *p, scale_type st, long i, __mmask16 m) {
-    switch (st) {
-    case SC_BF16: return bf16x16_mask((const uint16_t *)p + i, m);
-    case SC_F16: return f16x16_mask((const uint16_t *)p + i, m);
-    default: return _mm512_maskz_loadu_ps(m, (const float *)p + i);
-    }
-}
 
 /* ------------------------------------------------------------------ GEMM */
 

@@ -13,11 +13,14 @@
  *  - with CELER_CPU_INT8=1, affine 4/8-bit products (any T): vpdpbusd of the code bytes (unsigned) against
  *    the prepared int8 activations (signed), 4 products per 32-bit lane, per 64 code
  *    bytes; each lane's int32 sum is scaled by d_block * s_group in float32. Up to 4
- *    weight rows and 4 activation rows at a time share their loads. */
+ *    weight rows and 4 activation rows at a time share their loads.
+ *  - 4-bit affine decode (T < MM_FAST_MIN_T, MM_FAST_Q4DOT): the codes stay exact and
+ *    meet bf16 activations in vdpbf16ps, 32 codes per instruction (q4dot). */
 #include <immintrin.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/scales512.h"
 #include "tensor/dtype.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -244,6 +247,110 @@ static void q8_vnni(const weight *w, const float *x, float *y, int T, long r0, l
     }
 }
 
+/* ------------------------------------------------ 4-bit affine GEMV, bf16 dot
+ * A code q becomes the bf16 value 128 + q in one or two integer operations: bf16
+ * 0x4300 is 128, whose unit in the last place is 1, so 0x4300 | q is 128 + q.
+ * vdpbf16ps multiplies such pairs by the prepared bf16 activations x~ (each product
+ * exact in float32) and sums in float32, so per group g
+ *   D_g = sum_j (128 + q_j) x~_j,   X_g = sum_j x~_j,
+ *   y = sum_g s_g D_g + sum_g (b_g - 128 s_g) X_g = sum_j (s_g q_j + b_g) x~_j:
+ * the exact weights against the rounded activations.
+ * Layout: 64 code bytes (128 codes) load as 32 words, word i holding codes 4i..4i+3
+ * of the chunk in its four nibbles; nibble k of every word, or'ed with 0x4300, is a
+ * vector of 32 bf16 values (a shift and a ternary-logic op, no shuffles). So the
+ * activations are reordered once per call to match: per 128-column chunk, four
+ * runs of 32, run k holding columns 4i + k. A 32-bit lane L of any of the four
+ * vectors covers columns [8L, 8L + 8) of the chunk, inside one group (8 | group),
+ * and is scaled by that group's scale (a permute of the 16 scales in hand). */
+
+/* x~ [n] (bf16) into o [ceil(n / 128) * 128] in the chunk order above, zero past n. */
+static void q4dot_order(const uint16_t *x, long n, uint16_t *o) {
+    for (long c = 0; c < n; c += 128)
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < 32; i++) o[c + 32 * k + i] = c + 4 * i + k < n ? x[c + 4 * i + k] : 0;
+}
+
+/* nt <= 4 activation rows xo (q4dot_order) with their group sums xsum[t] [ng]. */
+INLINE void q4dot_nt(const weight *w, const uint16_t *const *xo, const float *const *xsum, float *y, int t0, int nt,
+                     long r0, long r1) {
+    const long n = (long)w->cols, G = w->group, ng = n / G, row_bytes = n / 2;
+    const __m128i gshift = _mm_cvtsi32_si128(__builtin_ctzl((unsigned long)G));
+    const __m512i lane8 = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+    const __m512i lo4 = _mm512_set1_epi16(0x000f), b128 = _mm512_set1_epi16(0x4300);
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + r * row_bytes;
+        __m512 a0[4], a1[4], a2[4]; /* code terms (two chains) and bias terms */
+        UNROLL
+        for (int t = 0; t < nt; t++) a0[t] = a1[t] = a2[t] = _mm512_setzero_ps();
+        for (long g0 = 0; g0 < ng; g0 += 16) {
+            const __mmask16 gm = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1);
+            const __m512 sv = scale16(w->scales, w->stype, r * ng + g0, gm);
+            const __m512 cv = _mm512_fnmadd_ps(_mm512_set1_ps(128.0f), sv, scale16(w->biases, w->stype, r * ng + g0, gm));
+            UNROLL
+            for (int t = 0; t < nt; t++) a2[t] = _mm512_fmadd_ps(cv, _mm512_maskz_loadu_ps(gm, xsum[t] + g0), a2[t]);
+            const long c1 = (g0 + 16) * G < n ? (g0 + 16) * G : n;
+            for (long c = g0 * G; c < c1; c += 128) {
+                const long left = (n - c) / 2;
+                const __m512i v = left >= 64 ? _mm512_loadu_si512(row + c / 2)
+                                             : _mm512_maskz_loadu_epi8(((__mmask64)1 << left) - 1, row + c / 2);
+                const __m512i q0 = _mm512_ternarylogic_epi32(v, lo4, b128, 0xea); /* (v & lo4) | b128 */
+                const __m512i q1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), lo4, b128, 0xea);
+                const __m512i q2 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 8), lo4, b128, 0xea);
+                const __m512i q3 = _mm512_or_si512(_mm512_srli_epi16(v, 12), b128);
+                const __m512 s = _mm512_permutexvar_ps(
+                    _mm512_srl_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)(c - g0 * G)), lane8), gshift), sv);
+                UNROLL
+                for (int t = 0; t < nt; t++) {
+                    const uint16_t *x = xo[t] + c;
+                    __m512 d0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)q0, (__m512bh)_mm512_loadu_si512(x));
+                    __m512 d1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)q1, (__m512bh)_mm512_loadu_si512(x + 32));
+                    d0 = _mm512_dpbf16_ps(d0, (__m512bh)q2, (__m512bh)_mm512_loadu_si512(x + 64));
+                    d1 = _mm512_dpbf16_ps(d1, (__m512bh)q3, (__m512bh)_mm512_loadu_si512(x + 96));
+                    a0[t] = _mm512_fmadd_ps(d0, s, a0[t]);
+                    a1[t] = _mm512_fmadd_ps(d1, s, a1[t]);
+                }
+            }
+        }
+        UNROLL
+        for (int t = 0; t < nt; t++)
+            y[(long)(t0 + t) * w->rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0[t], a1[t]), a2[t]));
+    }
+}
+
+/* x: prepared bf16 rows [T, cols] (MM_PREP_BF16). scratch: xsum [T, ng rounded up to
+ * 16] | xo u16 [T, cols rounded up to 128]. */
+static void q4dot(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
+    const long n = (long)w->cols, G = w->group, ng = n / G, ngp = (ng + 15) & ~15L, nc = (n + 127) & ~127L;
+    const uint16_t *xp = (const uint16_t *)(const void *)x;
+    uint16_t *xo = (uint16_t *)(scratch + T * ngp);
+    for (int t = 0; t < T; t++) {
+        for (long g = 0; g < ng; g++) {
+            __m512 s = _mm512_setzero_ps();
+            for (long c = g * G; c < (g + 1) * G; c += 16)
+                s = _mm512_add_ps(s, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(xp + t * n + c))), 16)));
+            scratch[t * ngp + g] = _mm512_reduce_add_ps(s);
+        }
+        q4dot_order(xp + t * n, n, xo + t * nc);
+    }
+    for (int t0 = 0; t0 < T; t0 += 4) {
+        const int nt = T - t0 < 4 ? T - t0 : 4;
+        const uint16_t *xb[4];
+        const float *xs[4];
+        for (int t = 0; t < 4; t++) {
+            const int tt = t0 + (t < nt ? t : 0);
+            xb[t] = xo + (long)tt * nc;
+            xs[t] = scratch + tt * ngp;
+        }
+        switch (nt) {
+        case 1: q4dot_nt(w, xb, xs, y, t0, 1, r0, r1); break;
+        case 2: q4dot_nt(w, xb, xs, y, t0, 2, r0, r1); break;
+        case 3: q4dot_nt(w, xb, xs, y, t0, 3, r0, r1); break;
+        default: q4dot_nt(w, xb, xs, y, t0, 4, r0, r1); break;
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 mm_kernel mm_fast_select_avx512dot(const weight *w, int T, int kind) {
@@ -251,6 +358,7 @@ mm_kernel mm_fast_select_avx512dot(const weight *w, int T, int kind) {
     if (kind == MM_FAST_BF16 && cpu_has_avx512_bf16()) return gemm_bf16dp;
     if (kind == MM_FAST_QBF16 && cpu_has_avx512_bf16()) return gemm_affine_bf16dp;
     if (kind == MM_FAST_Q8 && cpu_has_avx512_vnni()) return q8_vnni;
+    if (kind == MM_FAST_Q4DOT && cpu_has_avx512_bf16()) return q4dot;
     return NULL;
 }
 
@@ -258,5 +366,6 @@ const char *mm_kernel_name_avx512dot(mm_kernel k) {
     if (k == gemm_bf16dp) return "avx512 gemm bf16 vdpbf16ps 12x32 (fast)";
     if (k == q8_vnni) return "avx512 q8 vpdpbusd (fast)";
     if (k == gemm_affine_bf16dp) return "avx512 gemm affine->bf16 vdpbf16ps 12x32 (fast)";
+    if (k == q4dot) return "avx512 gemv q4 vdpbf16ps (fast)";
     return NULL;
 }
