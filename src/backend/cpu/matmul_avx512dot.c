@@ -279,6 +279,11 @@ INLINE void q4dot_nt(const weight *w, const uint16_t *const *xo, const float *co
     const __m512i lo4 = _mm512_set1_epi16(0x000f), b128 = _mm512_set1_epi16(0x4300);
     for (long r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + r * row_bytes;
+        /* the scales and biases are two more streams beside the codes; asking for
+         * them a few rows ahead keeps their loads off each row's critical path */
+        const long ahead = (r + 8) * ng * (w->stype == SC_F32 ? 4 : 2);
+        _mm_prefetch((const char *)w->scales + ahead, _MM_HINT_T0);
+        _mm_prefetch((const char *)w->biases + ahead, _MM_HINT_T0);
         __m512 a0[4], a1[4], a2[4]; /* code terms (two chains) and bias terms */
         UNROLL
         for (int t = 0; t < nt; t++) a0[t] = a1[t] = a2[t] = _mm512_setzero_ps();
