@@ -15,58 +15,121 @@
 
 static cpu_backend *cpu(backend *b) { return b->impl; }
 
-void cpu_rmsnorm(backend *b, const float *x, const float *w, float *y, int T, int n, float eps, int plus_one) {
-    (void)b;
-    for (int t = 0; t < T; t++) {
-        const float *xr = x + (long)t * n;
-        float *yr = y + (long)t * n;
+/* ---- element-wise ops over rows, split over the pool ----------------------------
+ * Prefill runs them on [T, n] activations: serial, they left the other threads
+ * spinning (a few percent of pp512). Each row (or element range) is computed as
+ * alone, so the split never changes a result. */
+typedef struct {
+    void (*fn)(const void *args, long lo, long hi);
+    const void *args;
+    long n;
+    long align;
+} span_job;
+
+static void span_task(void *ctx, int task, int n_tasks) {
+    const span_job *j = ctx;
+    long lo, hi;
+    pool_range(j->n, task, n_tasks, j->align, &lo, &hi);
+    if (lo < hi) j->fn(j->args, lo, hi);
+}
+
+/* fn over [0, n) in aligned spans; on the calling thread alone when the work (n
+ * items of `cost` elements) is too small to be worth waking the others. */
+static void spans(backend *b, long n, long cost, long align, void (*fn)(const void *, long, long), const void *args) {
+    cpu_backend *c = cpu(b);
+    const int tasks = n / align < c->n_threads ? (int)(n / align) : c->n_threads;
+    if (tasks < 2 || n * cost < 16384) {
+        fn(args, 0, n);
+        return;
+    }
+    span_job j = {fn, args, n, align};
+    pool_run(c->pool, tasks, span_task, &j);
+}
+
+typedef struct {
+    const float *x, *w, *d, *dw;
+    float *xm, *y;
+    int n, plus_one;
+    float eps;
+} norm_args;
+
+static void rmsnorm_rows(const void *args, long lo, long hi) {
+    const norm_args *a = args;
+    const int n = a->n;
+    for (long t = lo; t < hi; t++) {
+        const float *xr = a->x + t * n;
+        float *yr = a->y + t * n;
         double ss = 0;
         for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
-        float r = 1.0f / sqrtf((float)(ss / n) + eps);
+        float r = 1.0f / sqrtf((float)(ss / n) + a->eps);
         for (int i = 0; i < n; i++) {
-            float g = w ? (plus_one ? 1.0f + w[i] : w[i]) : 1.0f;
+            float g = a->w ? (a->plus_one ? 1.0f + a->w[i] : a->w[i]) : 1.0f;
             yr[i] = xr[i] * r * g;
         }
     }
 }
 
-void cpu_rope(backend *b, float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r) {
-    (void)b;
+void cpu_rmsnorm(backend *b, const float *x, const float *w, float *y, int T, int n, float eps, int plus_one) {
+    norm_args a = {x, w, NULL, NULL, NULL, y, n, plus_one, eps};
+    spans(b, T, n, 1, rmsnorm_rows, &a);
+}
+
+typedef struct {
+    float *x;
+    int n_heads, head_dim;
+    const int32_t *pos;
+    const rope_table *r;
+} rope_args;
+
+static void rope_rows(const void *args, long lo, long hi) {
+    const rope_args *a = args;
     enum { CH = 256 }; /* pairs whose cos/sin are computed at once, shared by every head */
-    int half = r->dim / 2;
+    int half = a->r->dim / 2;
     float cs[CH], sn[CH];
-    for (int t = 0; t < T; t++) {
+    for (long t = lo; t < hi; t++) {
         for (int i0 = 0; i0 < half; i0 += CH) {
             int n = half - i0 < CH ? half - i0 : CH;
             for (int i = 0; i < n; i++) {
-                float ang = (float)pos[t] * r->inv_freq[i0 + i];
-                cs[i] = cosf(ang) * r->attn_factor;
-                sn[i] = sinf(ang) * r->attn_factor;
+                float ang = (float)a->pos[t] * a->r->inv_freq[i0 + i];
+                cs[i] = cosf(ang) * a->r->attn_factor;
+                sn[i] = sinf(ang) * a->r->attn_factor;
             }
-            for (int h = 0; h < n_heads; h++) {
-                float *v = x + ((long)t * n_heads + h) * head_dim + i0;
+            for (int h = 0; h < a->n_heads; h++) {
+                float *v = a->x + (t * a->n_heads + h) * a->head_dim + i0;
                 for (int i = 0; i < n; i++) {
-                    float a = v[i], c = v[i + half];
-                    v[i] = a * cs[i] - c * sn[i];
-                    v[i + half] = c * cs[i] + a * sn[i];
+                    float p = v[i], c = v[i + half];
+                    v[i] = p * cs[i] - c * sn[i];
+                    v[i + half] = c * cs[i] + p * sn[i];
                 }
             }
         }
     }
 }
 
+void cpu_rope(backend *b, float *x, int T, int n_heads, int head_dim, const int32_t *pos, const rope_table *r) {
+    rope_args a = {x, n_heads, head_dim, pos, r};
+    spans(b, T, (long)n_heads * r->dim, 1, rope_rows, &a);
+}
+
+static void add_norm_rows(const void *args, long lo, long hi) {
+    const norm_args *a = args;
+    const int n = a->n;
+    for (long t = lo; t < hi; t++) {
+        float *xr = a->xm + t * n;
+        const float *dr = a->d + t * n;
+        double ss = 0;
+        if (a->dw)
+            for (int i = 0; i < n; i++) ss += (double)dr[i] * dr[i];
+        const float r = a->dw ? 1.0f / sqrtf((float)(ss / n) + a->eps) : 1.0f;
+        for (int i = 0; i < n; i++) xr[i] += a->dw ? dr[i] * r * (a->plus_one ? 1.0f + a->dw[i] : a->dw[i]) : dr[i];
+    }
+    if (a->y) rmsnorm_rows(args, lo, hi);
+}
+
 void cpu_add_rmsnorm(backend *b, float *x, const float *d, const float *dw, const float *w, float *y, int T, int n,
                             float eps, int plus_one) {
-    for (int t = 0; t < T; t++) {
-        float *xr = x + (long)t * n;
-        const float *dr = d + (long)t * n;
-        double ss = 0;
-        if (dw)
-            for (int i = 0; i < n; i++) ss += (double)dr[i] * dr[i];
-        const float r = dw ? 1.0f / sqrtf((float)(ss / n) + eps) : 1.0f;
-        for (int i = 0; i < n; i++) xr[i] += dw ? dr[i] * r * (plus_one ? 1.0f + dw[i] : dw[i]) : dr[i];
-    }
-    if (y) cpu_rmsnorm(b, x, w, y, T, n, eps, plus_one);
+    norm_args a = {x, w, d, dw, x, y, n, plus_one, eps};
+    spans(b, T, n, 1, add_norm_rows, &a);
 }
 
 void cpu_qk_norm_rope(backend *b, float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm,
@@ -78,17 +141,30 @@ void cpu_qk_norm_rope(backend *b, float *q, float *k, int T, int n_heads, int n_
     if (r && k) cpu_rope(b, k, T, n_kv, head_dim, pos, r);
 }
 
-void cpu_glu(backend *b, float *g, const float *u, long n, int act) {
-    (void)b;
-    if (act == 0) {
-        for (long i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+typedef struct {
+    float *g;
+    const float *u;
+    int act;
+} glu_args;
+
+static void glu_span(const void *args, long lo, long hi) {
+    const glu_args *a = args;
+    float *g = a->g;
+    const float *u = a->u;
+    if (a->act == 0) {
+        for (long i = lo; i < hi; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     } else {
         const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-        for (long i = 0; i < n; i++) {
+        for (long i = lo; i < hi; i++) {
             float v = g[i];
             g[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v))) * u[i];
         }
     }
+}
+
+void cpu_glu(backend *b, float *g, const float *u, long n, int act) {
+    glu_args a = {g, u, act};
+    spans(b, n, 16, 64, glu_span, &a);
 }
 
 void cpu_scale(backend *b, float *x, long n, float s) {
