@@ -51,7 +51,7 @@ static const struct {
     const char *values[3];
 } globals[] = {
     {"--precision", "P", "CELER_PRECISION",
-     "fast or exact: arithmetic (GPU default fast: bf16 activations and KV cache; CPU default exact, fast rounds prefill activations to bf16)",
+     "fast or exact: arithmetic (GPU default fast: bf16 activations and KV cache; CPU default exact, fast rounds prefill and 4-bit decode activations to bf16)",
      {"fast", "exact", NULL}},
     /* tensor parallelism (docs/tensor-parallel.md): values checked where the model opens */
     {"--tp", "N", "CELER_TP", "split the model over N GPUs (tensor parallelism; with --device cpu: N threads)", {NULL}},
