@@ -85,7 +85,9 @@ QP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); pri
 if QUIET_PORT=$QP start quiet -m models/default -c 1024 -np 1 --quiet --port "$QP" --header-timeout 1; then
   node_case quiet "$PORT" "$T/quiet.log"
   stop "$PID" || bad "quiet server exit"
-  n=$(wc -l <"$T/quiet.log")
+  # the 503s of start's readiness probes while the model loaded are failed requests
+  # too (a slow build meets some); past those, the case's 2 lines and nothing else
+  n=$(grep -cv ' GET /health 503 .*Loading model' "$T/quiet.log")
   [ "$n" = 2 ] && ok "--quiet: no startup or shutdown lines" || bad "--quiet: $n lines: $(cat "$T/quiet.log")"
 fi
 finish
