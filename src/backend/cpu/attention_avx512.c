@@ -194,10 +194,6 @@ void attn_tile_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g
  * up to ATTN_ROW_TILES row tiles, which share each key tile's transpose and its
  * rows in L1: K and V stream from memory once per task, so a deep cache is read
  * a quarter as often as with one row tile. */
-typedef struct {
-    float qt[128 * 16], ot[128 * 16]; /* [hd, 16] each when hd <= 128; tiles pool their room for larger hd */
-} rows_state;
-
 static void rows_softmax_pv(const __m512 *s, const __mmask16 *vis, int nb, const float *vrow, long vstride, int hd,
                             __m512 *m, __m512 *l, float *ot) {
     float pt[16 * 16] __attribute__((aligned(64))); /* [16 keys, 16]: probabilities, lane = row */
@@ -233,7 +229,9 @@ void attn_rows_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g
                       const attn_params *p, float *out) {
     const int hd = p->head_dim, hpk = p->n_heads / p->n_kv;
     const int M = (t1 - t0) * hpk, R = (M + 15) / 16; /* rows: token-major, then the group's heads */
-    rows_state st[ATTN_ROW_TILES_MAX] __attribute__((aligned(64)));
+    /* per row tile, qt and ot [hd, 16] each: R * 2 * hd * 16 floats, which
+     * ATTN_ROW_TILES bounds by ATTN_ROW_TILES_MAX * 2 * 128 * 16 */
+    float room[ATTN_ROW_TILES_MAX * 2 * 128 * 16] __attribute__((aligned(64)));
     float *qt[ATTN_ROW_TILES_MAX], *ot[ATTN_ROW_TILES_MAX];
     float kt[ATTN_MAX_HD * 16] __attribute__((aligned(64))); /* [hd, 16]: key j's channel d at [d * 16 + j] */
     __m512i vqp[ATTN_ROW_TILES_MAX];
@@ -241,8 +239,7 @@ void attn_rows_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g
     int32_t qmax[ATTN_ROW_TILES_MAX], qmin[ATTN_ROW_TILES_MAX], amax = INT32_MIN, amin = INT32_MAX;
     const __m512 vscale = _mm512_set1_ps(p->scale);
     for (int r = 0; r < R; r++) {
-        /* room: hd * 16 floats for each of qt and ot, out of the pooled states */
-        qt[r] = (float *)st + (size_t)r * 2 * hd * 16;
+        qt[r] = room + (size_t)r * 2 * hd * 16;
         ot[r] = qt[r] + (size_t)hd * 16;
         int32_t qp[16] __attribute__((aligned(64)));
         float m0[16] __attribute__((aligned(64))), l0[16] __attribute__((aligned(64)));
