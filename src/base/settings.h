@@ -28,6 +28,8 @@
     X(CUK_MV_X1, FLAG, "1", "0: GPU T=1 affine products use the general kernel (A/B runs)")                        \
     X(CUK_MV_X1CFG, STR, NULL, "r2u4, r4u2 or r8u1: force one T=1 affine kernel configuration (A/B runs)")          \
     X(CUK_MV_BATCH_MAX, INT, "4", "1..8: the most rows a GPU product runs with the matvec kernels (more: cuBLAS)")  \
+    X(CUK_SKINNY, FLAG, "0", "1: bf16 GPU products of 5-32 rows use the tensor-core decode kernel (slower end to end today)") \
+    X(CUK_SKINNY_MIN_T, INT, "5", "1..32: the fewest rows a bf16 GPU product runs with the tensor-core decode kernel")   \
     X(CUK_MV_ROWS, INT, "0", "1, 2 or 4: rows per warp of the GPU matvec kernels (0: measured default)")            \
     X(CUK_MV_INT8, FLAG, "0", "1: GPU quantized products round activations to int8 (dp4a kernels)")                \
     X(CELER_PRECISION, STR, NULL, "fast or exact (unset: fast on the GPU, exact on the CPU; docs/cpu-kernels.md for the CPU's fast)")  \

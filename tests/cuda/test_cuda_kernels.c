@@ -175,6 +175,60 @@ static void matmul_formats(void) {
     check_matmul("q3g64 (gemm path)", WF_AFFINE, 100, 384, 3, 64, SC_BF16);
 }
 
+/* The tensor-core decode product (skinny.cu) against the float64 reference: batches of
+ * 1-32 rows (each fragment width and the rows past T in the last one), features and
+ * columns off the block and chunk sizes, products split over a cluster's blocks and
+ * not, both prefetch depths; every output written (NaN poison), the same bits on a
+ * second run and from activations staged by the call before (fast 2). */
+static void check_skinny(long rows, long cols, int fast) {
+    twin w = make_weight(WF_BF16, rows, cols, 0, 0, SC_BF16);
+    CHECK(cuk_skinny_supports(&w.d), "skinny should take bf16 [%ld x %ld]", rows, cols);
+    const int Ts[] = {1, 3, 5, 8, 9, 16, 17, 31, 32};
+    for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+        const int T = Ts[k];
+        float *x = malloc((size_t)T * cols * 4), *y = malloc((size_t)T * rows * 4), *y2 = malloc((size_t)T * rows * 4);
+        for (long i = 0; i < T * cols; i++) x[i] = frand();
+        float *dx = dup_dev(x, (size_t)T * cols * 4), *dy;
+        uint16_t *xbf;
+        CK(cudaMalloc((void **)&dy, (size_t)T * rows * 4));
+        CK(cudaMalloc((void **)&xbf, cuk_gemm_xbf_elems(T, cols) * 2));
+        double *ref = ref_matmul(&w.h, x, T);
+        for (int cfg = 1; cfg <= 3; cfg++) {
+            cuk_skinny_set_cfg(cfg);
+            for (int rep = 0; rep < 2; rep++) {
+                CK(cudaMemset(dy, 0xff, (size_t)T * rows * 4));
+                /* the second run of fast reads the activations the first staged */
+                const int mode = fast ? 1 + rep : 0;
+                CHECK(cuk_skinny(&w.d, dx, dy, T, xbf, mode, NULL) == 0, "skinny [%ld x %ld] T=%d: %s", rows, cols, T,
+                      err_msg());
+                CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(rep ? y2 : y, dy, (size_t)T * rows * 4, cudaMemcpyDeviceToHost));
+            }
+            const double e = rel_err(y, ref, (long)T * rows), tol = fast ? 1e-2 : 1e-4;
+            CHECK(e <= tol, "skinny%s [%ld x %ld] T=%d cfg %d: relative error %g (tolerance %g)", fast ? " (fast)" : "",
+                  rows, cols, T, cfg, e, tol);
+            CHECK(memcmp(y, y2, (size_t)T * rows * 4) == 0, "skinny [%ld x %ld] T=%d cfg %d: two runs differ", rows, cols,
+                  T, cfg);
+        }
+        cuk_skinny_set_cfg(0);
+        free(ref); free(x); free(y); free(y2); cudaFree(dx); cudaFree(dy); cudaFree(xbf);
+    }
+    free_twin(&w);
+}
+
+static void skinny(void) {
+    for (int fast = 0; fast < 2; fast++) {
+        check_skinny(1000, 1032, fast); /* 16 row blocks: columns split, 1032 = 16 chunks + 8 */
+        check_skinny(70, 8200, fast);   /* 2 row blocks: the most splits */
+        check_skinny(20000, 72, fast);  /* 313 row blocks, one chunk and a tail: no split */
+        check_skinny(8, 64, fast);      /* fewer features than one fragment */
+    }
+    weight f16 = {.fmt = WF_F16, .rows = 8, .cols = 64};
+    CHECK(!cuk_skinny_supports(&f16), "skinny takes bf16 weights only");
+    weight odd = {.fmt = WF_BF16, .rows = 8, .cols = 60};
+    CHECK(!cuk_skinny_supports(&odd), "skinny needs columns %% 8 == 0");
+}
+
 static void ops(void) {
     const int T = 5, n = 1000;
     float *x = malloc(T * n * 4), *w = malloc(n * 4), *y = malloc(T * n * 4);
@@ -485,6 +539,60 @@ static void bench(void) {
         cudaFree(dx);
         cudaFree(dy);
     }
+    /* decode products of a batch: matvec (T <= 8), cuBLAS (x staged to bf16 first, as the
+     * fast path runs it) and the tensor-core decode kernel, fast and exact */
+    printf("\n| bf16 weight | T | matvec GB/s | cuBLAS fast GB/s | skinny fast, 1 chunk ahead | 2 ahead | 3 ahead | "
+           "exact, 2 ahead |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t s = 0; s < 4; s++) {
+        twin w[4];
+        for (int c = 0; c < 4; c++) w[c] = make_weight(WF_BF16, shapes[s].rows, shapes[s].cols, 0, 0, SC_BF16);
+        const long cols = shapes[s].cols, rows = shapes[s].rows;
+        float *dx, *dy;
+        uint16_t *xbf;
+        void *work;
+        CK(cudaMalloc((void **)&dx, 32 * cols * 4));
+        CK(cudaMalloc((void **)&dy, 32 * rows * 4));
+        CK(cudaMalloc((void **)&xbf, cuk_gemm_xbf_elems(32, cols) * 2));
+        CK(cudaMalloc(&work, cuk_matvec_work(8, cols)));
+        {
+            float *hx = malloc(32 * cols * 4);
+            for (long i = 0; i < 32 * cols; i++) hx[i] = frand();
+            CK(cudaMemcpy(dx, hx, 32 * cols * 4, cudaMemcpyHostToDevice));
+            free(hx);
+        }
+        const int Tb[] = {1, 2, 4, 8, 16, 32};
+        for (int k = 0; k < 6; k++) {
+            const int T = Tb[k];
+            double gbs[6] = {0, 0, 0, 0, 0, 0};
+            for (int m = 0; m < 6; m++) {
+                if (m == 0 && T > CUK_MV_MAX_T) continue;
+                float tt[40];
+                for (int i = 0; i < 44; i++) {
+                    const weight *wd = &w[i % 4].d;
+                    CK(cudaEventRecord(e0, 0));
+                    if (m == 0) cuk_matvec(wd, dx, dy, T, work, NULL);
+                    else if (m == 1) cuk_gemm(cublas, wd, dx, dy, T, xbf, NULL, 0, 1, NULL);
+                    else {
+                        cuk_skinny_set_cfg(m == 5 ? 2 : m - 1);
+                        cuk_skinny(wd, dx, dy, T, xbf, m <= 4 ? 1 : 0, NULL);
+                    }
+                    CK(cudaEventRecord(e1, 0));
+                    CK(cudaEventSynchronize(e1));
+                    if (i >= 4) tt[i - 4] = time_ms(e0, e1);
+                }
+                qsort(tt, 40, sizeof *tt, cmpf);
+                gbs[m] = w[0].h.nbytes / (tt[20] * 1e-3) / 1e9;
+            }
+            char mv[16] = "-";
+            if (gbs[0] > 0) snprintf(mv, sizeof mv, "%.0f", gbs[0]);
+            printf("| %s | %d | %s | %.0f | %.0f (%.0f%%) | %.0f (%.0f%%) | %.0f (%.0f%%) | %.0f |\n", shapes[s].name, T, mv,
+                   gbs[1], gbs[2], 100 * gbs[2] / copy_gbs, gbs[3], 100 * gbs[3] / copy_gbs, gbs[4], 100 * gbs[4] / copy_gbs,
+                   gbs[5]);
+            cuk_skinny_set_cfg(0);
+        }
+        for (int c = 0; c < 4; c++) free_twin(&w[c]);
+        cudaFree(dx); cudaFree(dy); cudaFree(xbf); cudaFree(work);
+    }
     /* prefill GEMM 512 x 4096 x 14336 bf16 */
     {
         twin w = make_weight(WF_BF16, 14336, 4096, 0, 0, SC_BF16);
@@ -591,6 +699,7 @@ int main(int argc, char **argv) {
     if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) { printf("cublasCreate failed\n"); return 1; }
     if (!(argc > 1 && strcmp(argv[1], "--bench-only") == 0)) {
         RUN(matmul_formats);
+        RUN(skinny);
         RUN(ops);
         RUN(attention);
     }

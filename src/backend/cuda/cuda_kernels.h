@@ -32,6 +32,18 @@ int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, cuk
 size_t cuk_matvec_work(int T, int64_t cols);
 /* Whether cuk_matvec has a kernel for this weight. */
 int cuk_matvec_supports(const weight *w);
+/* Decode products of a batch on the tensor cores (skinny.cu): W bf16 [rows, cols] @
+ * x [T, cols] -> y [T, rows], T <= CUK_SKINNY_MAX_T, the weights read once. x is
+ * staged in xbf (cuk_gemm_xbf_elems(T, cols) values) as cuk_gemm2 does: fast 0 splits
+ * it into two bf16 terms, 1 rounds it once, 2 finds it rounded there already.
+ * Deterministic: the same inputs give the same bits. cfg (tests and A/B runs): the
+ * chunks a warp keeps in flight, 1 or 2 (0: the measured default). */
+#define CUK_SKINNY_MAX_T 32
+int cuk_skinny_supports(const weight *w);
+int cuk_skinny(const weight *w, const float *x, float *y, int T, uint16_t *xbf, int fast, cuk_stream s);
+void cuk_skinny_set_cfg(int cfg);
+/* hi [n] = bf16(src), lo [n] = bf16(src - hi): the exact precision's two terms */
+int cuk_split_bf16(const float *src, uint16_t *hi, uint16_t *lo, long n, cuk_stream s);
 /* Dequantizes/converts rows [r0, r0 + n) of w into bf16 dst [n, cols]. */
 int cuk_weight_to_bf16(const weight *w, int64_t r0, int64_t n, uint16_t *dst, cuk_stream s);
 /* The same as two terms: hi [n, cols] = bf16(w), lo [n, cols] = bf16(w - hi) (lo may be NULL). */

@@ -31,11 +31,17 @@ static int gemm_bf16(cublasHandle_t h, const uint16_t *W, long N, long K, const 
 }
 
 __global__ void kernel_split_bf16(const float *src, uint16_t *hi, uint16_t *lo, long n) {
+    cuk_pdl_start();
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const uint16_t h = f2bf16(src[i]);
     hi[i] = h;
     lo[i] = f2bf16(src[i] - bf16f(h));
+}
+
+extern "C" int cuk_split_bf16(const float *src, uint16_t *hi, uint16_t *lo, long n, cuk_stream s) {
+    cuk_launch(kernel_split_bf16, (unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)s, src, hi, lo, n);
+    return cuk_check("split_bf16");
 }
 
 static int single_product(void) {
@@ -92,8 +98,7 @@ extern "C" int cuk_gemm2(void *cublas, const weight *w, const float *x, float *y
         if (cuk_f32_to_bf16(x, xbf, n, s) != 0) return -1;
     } else {
         lo = xbf + n;
-        kernel_split_bf16<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)s>>>(x, xbf, lo, n);
-        if (cuk_check("split_bf16") != 0) return -1;
+        if (cuk_split_bf16(x, xbf, lo, n, s) != 0) return -1;
     }
     const bool stacked = lo && y2 && T <= CUK_GEMM_STACK_MAX_T;
     const cudaStream_t cs = (cudaStream_t)s;

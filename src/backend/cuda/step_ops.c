@@ -48,6 +48,21 @@ static int gemm_ok(const weight *w, int T) {
     return (T <= max || T == 1) && cuk_matvec_supports(w);
 }
 
+/* 1 when a product of T rows runs on the tensor-core decode kernel (skinny.cu): bf16
+ * weights, CUK_SKINNY_MIN_T..CUK_SKINNY_MAX_T rows (CUK_SKINNY=0: never). It is tried
+ * before the matrix-vector kernels, so the minimum decides which one small batches get. */
+static int skinny_rows(int T) {
+    static int on = -1, min = -1;
+    if (on < 0) {
+        on = setting_flag(SET_CUK_SKINNY);
+        const long v = setting_int(SET_CUK_SKINNY_MIN_T);
+        min = v >= 1 && v <= CUK_SKINNY_MAX_T ? (int)v : CUK_SKINNY_MAX_T + 1;
+    }
+    return on && T >= min && T <= CUK_SKINNY_MAX_T;
+}
+
+static int skinny_ok(const weight *w, int T) { return skinny_rows(T) && cuk_skinny_supports(w); }
+
 /* Work space op e needs, grown before it is recorded or run (never while a graph is
  * being captured); 0 when it could not be had. */
 static int reserve_work(cuda_backend *c, const step_op *e) {
@@ -55,6 +70,7 @@ static int reserve_work(cuda_backend *c, const step_op *e) {
     case SOP_matmul: {
         const weight *w = &e->u.matmul.w;
         const int T = e->u.matmul.T;
+        if (skinny_ok(w, T)) return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") != NULL;
         if (gemm_ok(w, T)) return cuda_grow(c, &c->mv, cuk_matvec_work(T, w->cols), "matvec work") != NULL;
         if (cuk_qgemm_wanted(w, c->self->fast)) /* the fused kernel stages the activations alone */
             return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") != NULL;
@@ -103,7 +119,7 @@ static void run_op(cuda_backend *c, const step_op *e, const char *vals) {
     if (cudaEventSynchronize(c->prof_ev[1]) != cudaSuccess || cudaEventElapsedTime(&ms, c->prof_ev[0], c->prof_ev[1]) != cudaSuccess)
         return;
     int k = e->op;
-    if (k == SOP_matmul && gemm_ok(&e->u.matmul.w, e->u.matmul.T)) {
+    if (k == SOP_matmul && (skinny_ok(&e->u.matmul.w, e->u.matmul.T) || gemm_ok(&e->u.matmul.w, e->u.matmul.T))) {
         k = SOP_KINDS; /* matrix-vector products apart from GEMMs, with their bytes */
         c->prof_bytes[k] += (double)e->u.matmul.w.nbytes;
     }
@@ -146,21 +162,23 @@ void cuda_profile_print(const cuda_backend *c) {
  * same rounding, so the same bits). 1 when it ran e. */
 static int stage_ahead(cuda_backend *c, const step_op *e, cudaStream_t st) {
     if (!c->self->fast) return 0;
-    /* prefill-sized ops only: decode steps (up to STAGE_MIN_ROWS rows) leave the kernels
-     * as they were, whatever their products run on */
+    /* prefill-sized ops, and batches whose bf16 products take the tensor-core decode
+     * kernel (it reads staged activations too); smaller decode steps leave the kernels
+     * as they were (the matrix-vector kernels read float32) */
     const float *y;
     long n;
     if (e->op == SOP_add_rmsnorm && e->u.add_rmsnorm.y) {
         const op_add_rmsnorm_args *a = &e->u.add_rmsnorm;
         y = a->y;
         n = (long)a->T * a->n;
-        if (a->T <= STAGE_MIN_ROWS || (size_t)n * 2 > c->xbf.cap) return 0;
+        if ((a->T <= STAGE_MIN_ROWS && !skinny_rows(a->T)) || (size_t)n * 2 > c->xbf.cap) return 0;
         RUN(cuk_add_rmsnorm_bf16(a->x, a->d, a->dw, a->w, a->y, a->T, a->n, a->eps, a->plus_one, c->xbf.p, st));
     } else if (e->op == SOP_glu) {
         const op_glu_args *a = &e->u.glu;
         y = a->g;
         n = a->n;
-        if (n <= STAGE_MIN_ROWS * 65536L || (size_t)n * 2 > c->xbf.cap) return 0; /* the GLU knows no rows */
+        /* the GLU knows no rows: the gate and up products before it do */
+        if ((n <= STAGE_MIN_ROWS * 65536L && !skinny_rows(c->mm_rows)) || (size_t)n * 2 > c->xbf.cap) return 0;
         RUN(cuk_glu_bf16(a->g, a->u, a->n, a->act, c->xbf.p, st));
     } else {
         return 0;
@@ -190,9 +208,11 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
     case SOP_matmul: {
         const weight *w = &e->u.matmul.w;
         const int T = e->u.matmul.T;
-        if (gemm_ok(w, T)) {
+        const int sk = skinny_ok(w, T);
+        c->mm_rows = T;
+        if (!sk && gemm_ok(w, T)) {
             RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
-        } else if (cuk_qgemm_wanted(w, c->self->fast)) {
+        } else if (!sk && cuk_qgemm_wanted(w, c->self->fast)) {
             RUN(cuk_qgemm(w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, c->self->fast, st));
         } else {
             const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
@@ -200,9 +220,12 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
             const long n = (long)T * w->cols;
             /* fast: activations the previous op (a product) staged are not converted again */
             const int staged = c->self->fast && c->xbf_src == x && c->xbf_n == n && c->xbf_seq + 1 == c->op_seq;
-            RUN(cuk_gemm2(c->blas, w, x, e->u.matmul.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows,
-                          cuk_gemm_y2_elems(T, wrows ? wrows : w->rows) ? c->y2.p : NULL,
-                          c->self->fast ? 1 + staged : 0, st));
+            if (sk)
+                RUN(cuk_skinny(w, x, e->u.matmul.y, T, c->xbf.p, c->self->fast ? 1 + staged : 0, st));
+            else
+                RUN(cuk_gemm2(c->blas, w, x, e->u.matmul.y, T, c->xbf.p, wrows ? c->wbf.p : NULL, wrows,
+                              cuk_gemm_y2_elems(T, wrows ? wrows : w->rows) ? c->y2.p : NULL,
+                              c->self->fast ? 1 + staged : 0, st));
             /* y must not overlap x for the staging to stay valid (never so in the forward) */
             const uintptr_t ya = (uintptr_t)e->u.matmul.y, xa = (uintptr_t)x;
             const int apart = ya + (uintptr_t)T * (uintptr_t)w->rows * sizeof(float) <= xa || xa + (uintptr_t)n * sizeof(float) <= ya;
