@@ -31,7 +31,7 @@ for s in ${SHAPES:-llama3-8b qwen3-0.6b}; do
 done
 for m in 1 5 1 5; do
   echo "== llama3-8b CUK_SKINNY_MIN_T=$m" >> "$OUT/single.md"
-  CUK_SKINNY_MIN_T=$m timeout 120 "$NEW/celer" bench --device cuda --synth llama3-8b -p 512 -n 128 -r 3 -o md 2>&1 |
+  CUK_SKINNY=1 CUK_SKINNY_MIN_T=$m timeout 120 "$NEW/celer" bench --device cuda --synth llama3-8b -p 512 -n 128 -r 3 -o md 2>&1 |
     grep -E '^\||^cuda:|rror' >> "$OUT/single.md" || rc=1
 done
 exit $rc
