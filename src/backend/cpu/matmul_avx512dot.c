@@ -89,6 +89,76 @@ INLINE __m512i bf16_bits(__m512 v) {
     return _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
 }
 
+/* In place: m[i] (row i, 16 u32 lanes) becomes column i of the 16 x 16 block. */
+INLINE void transpose16(__m512i m[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(m[2 * i], m[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(m[2 * i], m[2 * i + 1]);
+    }
+    /* u[4i + j], 128-bit lane L: column 4L + j of rows 4i .. 4i + 3 */
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        const __m512i x0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), x1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xee);
+        const __m512i y0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), y1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xee);
+        m[j] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+        m[4 + j] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+        m[8 + j] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+        m[12 + j] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+    }
+}
+
+/* One scale or bias of an affine weight as float32 */
+INLINE float sc1(const void *p, scale_type st, long i) {
+    switch (st) {
+    case SC_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
+    case SC_F16: return f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* Whether affine_pairs can build a full panel of w in one pass. */
+static int affine_pairs_ok(const weight *w) {
+    return (w->bits == 4 || w->bits == 8) && w->cols % 32 == 0 && w->group % 32 == 0;
+}
+
+/* pairs u32 [cols / 2, 32] for the 32 weight rows from r, straight from the codes (4- or
+ * 8-bit, affine_pairs_ok): for each 32 columns of a row, the even and odd codes in
+ * separate lanes (low and high nibble / byte of one byte / word), code * scale + bias
+ * (one FMA, as the row dequantization), rounded to bf16 and joined into 16 pairs; 16
+ * rows of those transposed into the panel. The same bits as dequantizing to float32,
+ * transposing and rounding (the path it replaces), in one pass with no float staging. */
+static void affine_pairs(const weight *w, long r, uint32_t *pairs) {
+    const long K = (long)w->cols, G = w->group, ng = K / G, rb = K * w->bits / 8;
+    const uint8_t *codes = (const uint8_t *)w->data;
+    const __m512i mask = _mm512_set1_epi32(w->bits == 4 ? 0xf : 0xff);
+    for (long c0 = 0; c0 < K; c0 += 32) {
+        const long g = c0 / G;
+        for (int h = 0; h < 2; h++) {
+            __m512i m[16];
+            for (int i = 0; i < 16; i++) {
+                const long row = r + 16 * h + i;
+                const __m512 sc = _mm512_set1_ps(sc1(w->scales, w->stype, row * ng + g));
+                const __m512 bi = _mm512_set1_ps(sc1(w->biases, w->stype, row * ng + g));
+                const uint8_t *p = codes + row * rb + c0 * w->bits / 8;
+                const __m512i v = w->bits == 4 ? _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p))
+                                               : _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+                const __m512i even = _mm512_and_si512(v, mask), odd = _mm512_srli_epi32(v, w->bits);
+                const __m512 fe = _mm512_fmadd_ps(_mm512_cvtepi32_ps(even), sc, bi);
+                const __m512 fo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(odd), sc, bi);
+                m[i] = _mm512_or_si512(bf16_bits(fe), _mm512_slli_epi32(bf16_bits(fo), 16));
+            }
+            transpose16(m);
+            for (int k = 0; k < 16; k++) _mm512_store_si512(pairs + (c0 / 2 + k) * 32 + 16 * h, m[k]);
+        }
+    }
+}
+
 /* Affine weights (fast: dequantized, rounded to bf16): each panel of 32 rows is
  * dequantized by the shared packer into float32 [K, 32], then turned in place into
  * the pair layout u32 [kp, 32] (pair k is written below rows 2k and 2k + 1, which
@@ -101,10 +171,12 @@ static void gemm_affine_bf16dp(const weight *w, const float *xp, float *y, int T
     float *stage = panel + ((K * MM512_NR + 15) & ~15L);
     float *edge = stage + ((8 * K + 15) & ~15L);
     uint32_t *pairs = (uint32_t *)panel;
+    const int one_pass = affine_pairs_ok(w);
     for (long r = r0; r < r1; r += MM512_NR) {
         const long nr = r1 - r < MM512_NR ? r1 - r : MM512_NR;
-        mm_pack_panel_avx2(w, r, nr, panel, MM512_NR, stage);
-        for (long k = 0; k < kp; k++) {
+        if (one_pass && nr == MM512_NR) affine_pairs(w, r, pairs);
+        else mm_pack_panel_avx2(w, r, nr, panel, MM512_NR, stage);
+        for (long k = 0; k < kp && !(one_pass && nr == MM512_NR); k++) {
             const int odd = 2 * k + 1 < K;
             __m512i p[2];
             for (int h = 0; h < 2; h++) {
@@ -129,14 +201,6 @@ static void gemm_affine_bf16dp(const weight *w, const float *xp, float *y, int T
 }
 
 /* ------------------------------------------------------------ Q8 (VNNI) products */
-
-INLINE float sc1(const void *p, scale_type st, long i) {
-    switch (st) {
-    case SC_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
-    case SC_F16: return f16_to_f32(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
-}
 
 /* rb weight rows (r .. r + rb) against nt activation rows (t0 ..): BITS 4 or 8.
  * sexp [rb][lanes]: per code lane the scale of its group. */
