@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/panel512.h"
 #include "backend/cpu/scales512.h"
 #include "tensor/dtype.h"
 
@@ -154,9 +155,11 @@ static void gemm512(const weight *w, const float *x, float *y, int T, long r0, l
     float *panel = scratch;
     float *stage = panel + ((K * MM512_NR + 15) & ~15L);
     float *edge = stage + ((8 * K + 15) & ~15L);
+    const int one_pass = affine_panel_ok(w);
     for (long r = r0; r < r1; r += MM512_NR) {
         long nr = r1 - r < MM512_NR ? r1 - r : MM512_NR;
-        mm_pack_panel_avx2(w, r, nr, panel, MM512_NR, stage);
+        if (one_pass && nr == MM512_NR) affine_panel_f32(w, r, panel);
+        else mm_pack_panel_avx2(w, r, nr, panel, MM512_NR, stage);
         for (int t = 0; t < T; t += MM512_MR) {
             int mr = T - t < MM512_MR ? T - t : MM512_MR;
             float *c = y + (long)t * rows + r;

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/panel512.h"
 #include "backend/cpu/scales512.h"
 #include "tensor/dtype.h"
 
@@ -89,44 +90,6 @@ INLINE __m512i bf16_bits(__m512 v) {
     return _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
 }
 
-/* In place: m[i] (row i, 16 u32 lanes) becomes column i of the 16 x 16 block. */
-INLINE void transpose16(__m512i m[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(m[2 * i], m[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(m[2 * i], m[2 * i + 1]);
-    }
-    /* u[4i + j], 128-bit lane L: column 4L + j of rows 4i .. 4i + 3 */
-    for (int i = 0; i < 4; i++) {
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int j = 0; j < 4; j++) {
-        const __m512i x0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), x1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xee);
-        const __m512i y0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), y1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xee);
-        m[j] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-        m[4 + j] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
-        m[8 + j] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-        m[12 + j] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
-    }
-}
-
-/* One scale or bias of an affine weight as float32 */
-INLINE float sc1(const void *p, scale_type st, long i) {
-    switch (st) {
-    case SC_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
-    case SC_F16: return f16_to_f32(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
-}
-
-/* Whether affine_pairs can build a full panel of w in one pass. */
-static int affine_pairs_ok(const weight *w) {
-    return (w->bits == 4 || w->bits == 8) && w->cols % 32 == 0 && w->group % 32 == 0;
-}
-
 /* pairs u32 [cols / 2, 32] for the 32 weight rows from r, straight from the codes (4- or
  * 8-bit, affine_pairs_ok): for each 32 columns of a row, the even and odd codes in
  * separate lanes (low and high nibble / byte of one byte / word), code * scale + bias
@@ -143,8 +106,8 @@ static void affine_pairs(const weight *w, long r, uint32_t *pairs) {
             __m512i m[16];
             for (int i = 0; i < 16; i++) {
                 const long row = r + 16 * h + i;
-                const __m512 sc = _mm512_set1_ps(sc1(w->scales, w->stype, row * ng + g));
-                const __m512 bi = _mm512_set1_ps(sc1(w->biases, w->stype, row * ng + g));
+                const __m512 sc = _mm512_set1_ps(affine_sc(w->scales, w->stype, row * ng + g));
+                const __m512 bi = _mm512_set1_ps(affine_sc(w->biases, w->stype, row * ng + g));
                 const uint8_t *p = codes + row * rb + c0 * w->bits / 8;
                 const __m512i v = w->bits == 4 ? _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p))
                                                : _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
@@ -171,7 +134,7 @@ static void gemm_affine_bf16dp(const weight *w, const float *xp, float *y, int T
     float *stage = panel + ((K * MM512_NR + 15) & ~15L);
     float *edge = stage + ((8 * K + 15) & ~15L);
     uint32_t *pairs = (uint32_t *)panel;
-    const int one_pass = affine_pairs_ok(w);
+    const int one_pass = affine_panel_ok(w);
     for (long r = r0; r < r1; r += MM512_NR) {
         const long nr = r1 - r < MM512_NR ? r1 - r : MM512_NR;
         if (one_pass && nr == MM512_NR) affine_pairs(w, r, pairs);
@@ -264,7 +227,7 @@ INLINE void q8_block(const weight *w, const uint8_t *xp, long xstride, float *y,
         UNROLL
         for (int t = 0; t < nt; t++) {
             float bsum = 0;
-            for (long g = 0; g < ng; g++) bsum += sc1(w->biases, w->stype, (r + i) * ng + g) * gsum[t][g];
+            for (long g = 0; g < ng; g++) bsum += affine_sc(w->biases, w->stype, (r + i) * ng + g) * gsum[t][g];
             y[(long)(t0 + t) * w->rows + r + i] = _mm512_reduce_add_ps(acc[i][t]) + bsum;
         }
 }
@@ -296,10 +259,10 @@ static void q8_vnni(const weight *w, const float *x, float *y, int T, long r0, l
         for (int i = 0; i < rb; i++) {
             float *se = sexp + (long)i * lanes;
             for (long g = 0; g < ng; g++) {
-                const __m512 sv = _mm512_set1_ps(sc1(w->scales, w->stype, (r + i) * ng + g));
+                const __m512 sv = _mm512_set1_ps(affine_sc(w->scales, w->stype, (r + i) * ng + g));
                 long l = g * lpg;
                 for (; l + 16 <= (g + 1) * lpg; l += 16) _mm512_storeu_ps(se + l, sv);
-                for (; l < (g + 1) * lpg; l++) se[l] = sc1(w->scales, w->stype, (r + i) * ng + g);
+                for (; l < (g + 1) * lpg; l++) se[l] = affine_sc(w->scales, w->stype, (r + i) * ng + g);
             }
             for (long l = ng * lpg; l < lanes; l++) se[l] = 0; /* padding lanes: codes and activations are zero */
         }
