@@ -398,9 +398,11 @@ typedef struct {
  * caches hold now. */
 void celer_session_kv_stats(const celer_session *s, celer_kv_stats *out);
 
-/* The KV block pool: sessions whose caches live in host memory take their rows in
- * blocks of block_rows tokens per layer from one process-wide pool with a byte
- * budget (docs/kv-cache.md); device caches do not draw from it yet. */
+/* The KV block pools: sessions take their rows in blocks of block_rows tokens per
+ * layer from a pool with a byte budget (docs/kv-cache.md): host caches from one
+ * process-wide pool in host memory, device caches from their GPU's pool in device
+ * memory. celer_kv_pool_get reports the first GPU's pool once one exists (a model
+ * on a GPU has written rows), else the host's. */
 typedef struct {
     uint64_t budget_bytes;    /* the most its blocks may take */
     uint64_t used_bytes;      /* bytes of blocks some cache or snapshot holds */
@@ -410,10 +412,17 @@ typedef struct {
     int block_rows;           /* tokens per block */
 } celer_kv_pool_stats;
 void celer_kv_pool_get(celer_kv_pool_stats *out);
-/* Sets the pool's budget (bytes > 0). Lowering it under what is in use refuses new
- * blocks until enough are released. -1 with a message when bytes is 0. */
+/* Sets the pools' budget (bytes > 0): the host pool's and every GPU pool's, now and
+ * later. Lowering it under what is in use refuses new blocks until enough are
+ * released. -1 with a message when bytes is 0. */
 int celer_kv_pool_set_budget(uint64_t bytes);
-/* 1 when m's sessions keep their KV rows in the pool (host caches), 0 otherwise. */
+/* The budget as a fraction 0 < f <= 1 (vLLM's gpu-memory-utilization, for the KV
+ * cache alone): the host pool's is f of the host memory available now, a GPU pool's
+ * f of that GPU's free memory when the pool is created (its first cache write: after
+ * the model's weights are loaded) or now for a pool that exists (its own blocks
+ * counted as free). -1 with a message outside (0, 1]. */
+int celer_kv_pool_set_budget_fraction(double f);
+/* 1 when m's sessions keep their KV rows in a pool (host and device caches both do). */
 int celer_model_kv_paged(const celer_model *m);
 
 /* The session's state now (caches, tokens, last logits), sharing its buffers.

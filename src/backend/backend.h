@@ -164,6 +164,20 @@ typedef struct {
      * random, scales small, float weights in +-0.03); the host arrays are never read.
      * NULL where the host's (zero) weights serve. -1 with a message. */
     int (*fill_weight)(backend *b, weight *w, uint64_t seed);
+    /* ---- the device KV block pool's memory (kv/pool.c; NULL on host backends) -----
+     * Address space reserved on GPU `device` and memory mapped into it piece by piece,
+     * so a pool class's blocks sit at base + id * block bytes and committing one moves
+     * nothing (CUDA: cuMemAddressReserve + cuMemCreate/cuMemMap). The functions take the
+     * ordinal, not a backend: a device pool lives as long as the process, past the
+     * backends that used it. vm_reserve: NULL with a message; *granule gets the mapping
+     * granularity (vm_map's offsets and sizes are multiples of it). vm_map: 0, or -1
+     * with a message (out of device memory). vm_free: unmaps `mapped` bytes from base
+     * and frees the `reserved` bytes of address space. mem_info: free and total bytes of
+     * the device's memory now (0; -1 with a message). */
+    void *(*vm_reserve)(int device, size_t bytes, size_t *granule);
+    int (*vm_map)(int device, void *at, size_t bytes);
+    void (*vm_free)(int device, void *base, size_t reserved, size_t mapped);
+    int (*mem_info)(int device, size_t *free_bytes, size_t *total_bytes);
     /* ---- arithmetic: one member per op of backend/ops_list.h (contracts there) ----- */
 #define BACKEND_OP_MEMBER(name, mode) void (*name)(backend * b OP_ARGS_##name(OPA_PARAM));
     BACKEND_OPS(BACKEND_OP_MEMBER)

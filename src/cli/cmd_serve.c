@@ -36,9 +36,10 @@ static const opt_spec opts[] = {
     {"--no-cache-prompt", NULL, NULL, "do not reuse cached prompt prefixes"},
     {"--cache-ram", NULL, "MIB", "prompt cache budget in MiB (default 512)"},
     {"--kv-budget", NULL, "BYTES|F", "memory of the KV block pool (every slot and the prompt cache): bytes with an "
-                                     "optional K, M, G suffix, or a fraction 0 < F <= 1 of the memory available now; "
-                                     "requests wait in the queue while it is full (default: physical memory; "
-                                     "host caches only, docs/kv-cache.md)"},
+                                     "optional K, M, G suffix, or a fraction 0 < F <= 1 of the memory available now "
+                                     "(on a GPU: of its free memory once the weights are loaded); requests wait in the "
+                                     "queue while it is full (default: physical memory, or the GPU's memory; "
+                                     "docs/kv-cache.md)"},
     {"--queue-size", NULL, "N", "requests waiting for a slot before 503 (default 64)"},
     {"--max-body", NULL, "BYTES", "request body limit, 413 above it (default 8388608)"},
     {"--max-prompt", NULL, "N", "prompt tokens a request may have, 400 above (default: the context less one)"},
@@ -61,18 +62,20 @@ static const opt_spec opts[] = {
     {"--quiet", NULL, NULL, "print nothing but errors (failed requests, fatal errors)"},
 };
 
-/* --kv-budget: bytes (K, M, G, T suffixes: powers of 1024) or a fraction in (0, 1]
- * of the memory available now (vLLM's gpu-memory-utilization, for host memory). */
-static int parse_kv_budget(const char *s, uint64_t *out) {
+/* --kv-budget: bytes (K, M, G, T suffixes: powers of 1024) into *out, or a fraction
+ * in (0, 1] into *frac (*out 0): of the host memory available now for host caches, of
+ * the GPU's free memory once the weights are loaded for device caches (vLLM's
+ * gpu-memory-utilization, for the KV cache alone). */
+static int parse_kv_budget(const char *s, uint64_t *out, double *frac) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
+    *frac = 0;
     if (end == s || errno || !(v > 0) || v > 1e18) return -1;
     if (!*end && v <= 1.0 && strchr(s, '.')) { /* a fraction: "0.5", "1.0" */
-        long pages = sysconf(_SC_AVPHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
-        if (pages <= 0 || pg <= 0) return -1;
-        *out = (uint64_t)(v * (double)pages * (double)pg);
-        return *out ? 0 : -1;
+        *out = 0;
+        *frac = v;
+        return 0;
     }
     double mul = 1;
     if (*end) {
@@ -194,11 +197,12 @@ int cmd_serve(int argc, char **argv) {
     const char *kvb = args_get(&a, "--kv-budget");
     if (kvb) {
         uint64_t bytes = 0;
-        if (parse_kv_budget(kvb, &bytes) != 0) {
+        double frac = 0;
+        if (parse_kv_budget(kvb, &bytes, &frac) != 0 ||
+            (frac > 0 ? celer_kv_pool_set_budget_fraction(frac) : celer_kv_pool_set_budget(bytes)) != 0) {
             args_usage_error(&a, "--kv-budget: '%s' is neither bytes (e.g. 512M, 8G) nor a fraction in (0, 1]", kvb);
             return 2;
         }
-        celer_kv_pool_set_budget(bytes);
     }
 
     /* every thread inherits this mask; this one takes the signals with sigwait */

@@ -14,7 +14,6 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/err.h"
@@ -77,16 +76,6 @@ static size_t row_bytes(long row, int dtype) { return (size_t)row * 2 * (size_t)
 /* Bytes of n rows of one of k, v. */
 static size_t rows_bytes(const kv_buf *b, long n) { return (size_t)n * (size_t)b->row * (size_t)kv_dtype_size(b->dtype); }
 
-static size_t page_round(size_t n) {
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    return (n + pg - 1) / pg * pg;
-}
-
-static void *reserve_range(size_t bytes) {
-    void *p = mmap(NULL, page_round(bytes ? bytes : 1), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
 /* Blocks of a paged buffer's table. */
 static int table_len(int reserve) { return (reserve + KV_BLOCK - 1) / KV_BLOCK; }
 
@@ -96,15 +85,15 @@ static long slot_index(const kv_buf *b, int s) {
 }
 
 /* The position stored in slot s (host memory either way). */
-static int32_t *pos_at(const kv_buf *b, int s) { return (b->table ? b->cls->pos : b->pos) + slot_index(b, s); }
+static int32_t *pos_at(const kv_buf *b, int s) { return b->cls->pos + slot_index(b, s); }
 
 int32_t *kv_slot_pos(kv_cache *c, int s) { return pos_at(c->buf, s); }
 
 static char *k_at(const kv_buf *b, int s) {
-    return (char *)(b->table ? b->cls->k : b->k) + rows_bytes(b, slot_index(b, s));
+    return (char *)b->cls->k + rows_bytes(b, slot_index(b, s));
 }
 static char *v_at(const kv_buf *b, int s) {
-    return (char *)(b->table ? b->cls->v : b->v) + rows_bytes(b, slot_index(b, s));
+    return (char *)b->cls->v + rows_bytes(b, slot_index(b, s));
 }
 
 /* Slots [s, s + n) of a paged buffer that lie in one block, from s. */
@@ -114,21 +103,18 @@ static int run_len(const kv_buf *b, int s, int n) {
     return r < n ? r : n;
 }
 
+/* The device copy of table entries [i0, i1) (what the kernels read): uploaded in
+ * stream order, so a step queued after it reads the new entries. */
+static void table_sync(kv_buf *b, int i0, int i1) {
+    if (b->dev && b->dtable && i1 > i0)
+        b->dev->ops->upload(b->dev, b->dtable + i0, b->table + i0, (size_t)(i1 - i0) * sizeof(int32_t));
+}
+
 static void buf_unmap(kv_buf *b) {
-    if (b->table) {
-        for (int i = 0; i < atomic_load(&b->cap) / KV_BLOCK; i++) kv_block_drop(b->cls, b->table[i]);
-        free(b->table);
-        return;
-    }
-    if (b->dev) {
-        b->dev->ops->release(b->dev, b->k);
-        b->dev->ops->release(b->dev, b->v);
-        b->dev->ops->release(b->dev, b->dpos);
-    } else {
-        if (b->k) munmap(b->k, page_round(rows_bytes(b, b->reserve)));
-        if (b->v) munmap(b->v, page_round(rows_bytes(b, b->reserve)));
-    }
-    if (b->pos) munmap(b->pos, page_round((size_t)b->reserve * sizeof(int32_t)));
+    if (!b->table) return;
+    for (int i = 0; i < atomic_load(&b->cap) / KV_BLOCK; i++) kv_block_drop(b->cls, b->table[i]);
+    free(b->table);
+    if (b->dtable) b->dev->ops->release(b->dev, b->dtable);
 }
 
 static void buf_destroy(kv_buf *b) {
@@ -137,8 +123,9 @@ static void buf_destroy(kv_buf *b) {
     free(b);
 }
 
-/* A buffer for `reserve` rows with none committed and one holder: a host buffer is an
- * empty block table over c's pool; device rows are allocated whole (see kv/cache.h). */
+/* A buffer for `reserve` rows with none committed and one holder: an empty block
+ * table over c's pool (a device cache's: its GPU's pool, kv_pool_device), mirrored
+ * to the device for a device cache. */
 static kv_buf *buf_new(kv_cache *c, int reserve) {
     backend *dev = c->dev;
     kv_buf *b = calloc(1, sizeof *b);
@@ -150,58 +137,39 @@ static kv_buf *buf_new(kv_cache *c, int reserve) {
     atomic_init(&b->refs, 1);
     atomic_init(&b->hw, 0);
     atomic_init(&b->cap, 0);
-    size_t fb = rows_bytes(b, reserve);
-    if (!dev) {
-        b->cls = kv_pool_class(c->pool ? c->pool : kv_pool_default(), c->row, b->dtype);
-        b->table = b->cls ? calloc((size_t)table_len(reserve), sizeof(int32_t)) : NULL;
-        if (!b->table) {
-            if (b->cls) err_set("kv cache: out of memory for a block table of %d rows", reserve);
-            free(b);
-            return NULL;
-        }
-        return b;
-    }
-    b->k = dev->ops->alloc(dev, fb);
-    b->v = b->k ? dev->ops->alloc(dev, fb) : NULL;
-    b->dpos = b->v ? dev->ops->alloc(dev, (size_t)reserve * sizeof(int32_t)) : NULL;
-    if (!b->dpos) {
-        err_prefix("kv cache: %d rows of %ld %s values on %s", reserve, b->row, b->dtype == KVT_BF16 ? "bf16" : "f32",
-                   dev->ops->name);
-        buf_destroy(b);
-        return NULL;
-    }
-    b->pos = reserve_range((size_t)reserve * sizeof(int32_t));
-    if (!b->pos) {
-        err_set("kv cache: cannot reserve address space for %d rows of %ld floats", reserve, b->row);
-        buf_destroy(b);
+    kv_pool *pool = c->pool ? c->pool : dev ? kv_pool_device(dev) : kv_pool_default();
+    b->cls = pool ? kv_pool_class(pool, c->row, b->dtype) : NULL;
+    b->table = b->cls ? calloc((size_t)table_len(reserve), sizeof(int32_t)) : NULL;
+    if (b->table && dev && !(b->dtable = dev->ops->alloc(dev, (size_t)table_len(reserve) * sizeof(int32_t))))
+        err_prefix("kv cache: the device block table of %d rows", reserve);
+    if (!b->table || (dev && !b->dtable)) {
+        if (b->cls && !b->table) err_set("kv cache: out of memory for a block table of %d rows", reserve);
+        free(b->table);
+        free(b);
         return NULL;
     }
     return b;
 }
 
-/* Commits slots [0, top) of b: a paged buffer takes blocks from the pool (one
- * alloc each); a device buffer commits its host positions in KV_STEP steps. */
+/* Commits slots [0, top) of b: takes blocks from the pool (one alloc each). */
 static int buf_commit(kv_cache *c, kv_buf *b, int top) {
     int cap = atomic_load(&b->cap);
     if (top <= cap) return 0;
-    if (b->table) {
-        while (cap < top) {
-            int32_t id = kv_block_take(b->cls);
-            if (id < 0) return err_prefix("kv cache: %d rows", top);
-            b->table[cap / KV_BLOCK] = id;
-            cap += KV_BLOCK;
-            atomic_store(&b->cap, cap);
-            count(c, 0, 0, 0, 1);
+    const int i0 = cap / KV_BLOCK;
+    int rc = 0;
+    while (cap < top) {
+        int32_t id = kv_block_take(b->cls);
+        if (id < 0) {
+            rc = err_prefix("kv cache: %d rows", top);
+            break;
         }
-        return 0;
+        b->table[cap / KV_BLOCK] = id;
+        cap += KV_BLOCK;
+        atomic_store(&b->cap, cap);
+        count(c, 0, 0, 0, 1);
     }
-    int want = (top + KV_STEP - 1) / KV_STEP * KV_STEP;
-    if (want > b->reserve) want = b->reserve;
-    if (mprotect(b->pos, page_round((size_t)want * sizeof(int32_t)), PROT_READ | PROT_WRITE) != 0)
-        return err_set("kv cache: out of memory committing %d rows", want);
-    atomic_store(&b->cap, want);
-    count(c, 0, 0, 0, 1);
-    return 0;
+    table_sync(b, i0, cap / KV_BLOCK);
+    return rc;
 }
 
 /* Drops one reference to b; the last holder frees it, or keeps a device buffer as
@@ -221,52 +189,45 @@ static void buf_release(kv_cache *c, kv_buf *b) {
 static int reserve_rows(const kv_cache *c, int top) {
     int r = c->kind == KV_DENSE ? c->max : c->window - 1 + c->max_T;
     if (c->kind == KV_ROTATING && r > c->max) r = c->max;
-    /* Device memory is not paged yet: a device buffer holds twice what is needed
-     * now, and outgrowing it moves the rows to one twice as large through the
-     * copy-on-write path, so memory follows use (a few moves over a whole context
-     * instead of the context allocated up front). */
-    if (c->dev) {
-        long want = 2L * (top > KV_STEP ? top : KV_STEP);
-        if (want < r) r = (int)want;
-    }
     if (r < top) r = top;
     if (r < c->n) r = c->n;
     return r;
 }
 
-/* Slots [d, d + n) of dst <- slots [s, s + n) of src (same row width and memory). */
+/* Slots [d, d + n) of dst <- slots [s, s + n) of src (same row width and memory),
+ * in runs that stay inside one block of each (device: through the backend's copy). */
 static void copy_rows(kv_buf *dst, int d, const kv_buf *src, int s, int n) {
-    if (dst->dev) {
-        size_t fb = rows_bytes(dst, n);
-        size_t od = rows_bytes(dst, d), os = rows_bytes(src, s); /* byte offsets */
-        memmove(dst->pos + d, src->pos + s, (size_t)n * sizeof(int32_t));
-        backend *b = dst->dev;
-        b->ops->copy(b, (char *)dst->k + od, (const char *)src->k + os, fb);
-        b->ops->copy(b, (char *)dst->v + od, (const char *)src->v + os, fb);
-        b->ops->copy(b, dst->dpos + d, src->dpos + s, (size_t)n * sizeof(int32_t));
-        return;
-    }
-    while (n > 0) { /* in runs that stay inside one block of each */
+    while (n > 0) {
         int r = run_len(dst, d, n), r2 = run_len(src, s, r);
         memmove(pos_at(dst, d), pos_at(src, s), (size_t)r2 * sizeof(int32_t));
-        memmove(k_at(dst, d), k_at(src, s), rows_bytes(dst, r2));
-        memmove(v_at(dst, d), v_at(src, s), rows_bytes(dst, r2));
+        if (dst->dev) {
+            backend *b = dst->dev;
+            b->ops->copy(b, k_at(dst, d), k_at(src, s), rows_bytes(dst, r2));
+            b->ops->copy(b, v_at(dst, d), v_at(src, s), rows_bytes(dst, r2));
+            b->ops->copy(b, dst->cls->dpos + slot_index(dst, d), src->cls->dpos + slot_index(src, s),
+                         (size_t)r2 * sizeof(int32_t));
+        } else {
+            memmove(k_at(dst, d), k_at(src, s), rows_bytes(dst, r2));
+            memmove(v_at(dst, d), v_at(src, s), rows_bytes(dst, r2));
+        }
         d += r2, s += r2, n -= r2;
     }
 }
 
-/* Slots [s, s + n) of b <- rows k, v [n, row] (memory of b's kind) at positions pos [n] (host). */
+/* Slots [s, s + n) of b <- rows k, v [n, row] (memory of b's kind) at positions pos
+ * [n] (host), in runs that stay inside one block (device: the backend's put_rows at
+ * the run's pool slot). */
 static void put_rows(kv_buf *b, int s, const float *k, const float *v, const int32_t *pos, int n) {
-    if (b->dev) {
-        memcpy(b->pos + s, pos, (size_t)n * sizeof(int32_t));
-        b->dev->ops->put_rows(b->dev, b->k, b->v, b->dpos, b->row, s, k, v, pos, n, b->dtype);
-        return;
-    }
     while (n > 0) {
         int r = run_len(b, s, n);
         memcpy(pos_at(b, s), pos, (size_t)r * sizeof(int32_t));
-        memcpy(k_at(b, s), k, rows_bytes(b, r));
-        memcpy(v_at(b, s), v, rows_bytes(b, r));
+        if (b->dev) {
+            b->dev->ops->put_rows(b->dev, b->cls->k, b->cls->v, b->cls->dpos, b->row, (int)slot_index(b, s), k, v, pos, r,
+                                  b->dtype);
+        } else {
+            memcpy(k_at(b, s), k, rows_bytes(b, r));
+            memcpy(v_at(b, s), v, rows_bytes(b, r));
+        }
         s += r, n -= r, pos += r;
         k += (long)r * b->row;
         v += (long)r * b->row;
@@ -285,10 +246,18 @@ static int copy_block(kv_cache *c, kv_buf *b, int i, int32_t src, int rows) {
     int32_t nid = kv_block_take(b->cls);
     if (nid < 0) return err_prefix("kv cache: copying a shared block");
     size_t kb = rows_bytes(b, rows), off = rows_bytes(b, (long)nid * KV_BLOCK), ooff = rows_bytes(b, (long)src * KV_BLOCK);
-    memcpy((char *)b->cls->k + off, (const char *)b->cls->k + ooff, kb);
-    memcpy((char *)b->cls->v + off, (const char *)b->cls->v + ooff, kb);
+    if (b->dev) {
+        backend *d = b->dev;
+        d->ops->copy(d, (char *)b->cls->k + off, (const char *)b->cls->k + ooff, kb);
+        d->ops->copy(d, (char *)b->cls->v + off, (const char *)b->cls->v + ooff, kb);
+        d->ops->copy(d, b->cls->dpos + (long)nid * KV_BLOCK, b->cls->dpos + (long)src * KV_BLOCK, (size_t)rows * sizeof(int32_t));
+    } else {
+        memcpy((char *)b->cls->k + off, (const char *)b->cls->k + ooff, kb);
+        memcpy((char *)b->cls->v + off, (const char *)b->cls->v + ooff, kb);
+    }
     memcpy(b->cls->pos + (long)nid * KV_BLOCK, b->cls->pos + (long)src * KV_BLOCK, (size_t)rows * sizeof(int32_t));
     b->table[i] = nid;
+    table_sync(b, i, i + 1);
     count(c, 0, (uint64_t)rows * row_bytes(c->row, b->dtype), 0, 1);
     count_cow_block(c);
     return 0;
@@ -359,6 +328,7 @@ static int cow(kv_cache *c, int top) {
             }
         }
         atomic_store(&nb->cap, nblk * KV_BLOCK);
+        table_sync(nb, 0, nblk);
     }
     if (buf_commit(c, nb, top) != 0) {
         if (!c->spare && !nb->table) c->spare = nb;
@@ -595,29 +565,38 @@ int kv_set_rows(kv_cache *c, const float *k, const float *v, const int32_t *pos,
         return -1;
     }
     kv_buf *b = c->buf;
-    size_t fb = rows_bytes(b, n);
     if (!b->dev) {
         put_rows(b, 0, k, v, pos, n);
         atomic_store(&b->hw, n);
         c->n = n;
         return 0;
     }
-    memcpy(b->pos, pos, (size_t)n * sizeof(int32_t));
-    if (b->dtype == KVT_BF16) {
-        /* rounded on the host as put_rows rounds on the device (nearest even) */
-        size_t cnt = (size_t)n * (size_t)b->row;
-        uint16_t *t = malloc(cnt ? 2 * cnt : 1);
-        if (!t) return err_set("kv cache: out of memory converting %zu rows to bf16", (size_t)n);
-        for (size_t i = 0; i < cnt; i++) t[i] = f32_to_bf16(k[i]);
-        b->dev->ops->upload(b->dev, b->k, t, fb);
-        for (size_t i = 0; i < cnt; i++) t[i] = f32_to_bf16(v[i]);
-        b->dev->ops->upload(b->dev, b->v, t, fb);
-        b->dev->ops->upload(b->dev, b->dpos, pos, (size_t)n * sizeof(int32_t));
-        free(t);
-    } else {
-        b->dev->ops->upload(b->dev, b->k, k, fb);
-        b->dev->ops->upload(b->dev, b->v, v, fb);
-        b->dev->ops->upload(b->dev, b->dpos, pos, (size_t)n * sizeof(int32_t));
+    /* device: block runs uploaded (bf16 rows rounded on the host as put_rows rounds on
+     * the device: nearest even) */
+    const size_t cnt = (size_t)n * (size_t)b->row;
+    uint16_t *t = b->dtype == KVT_BF16 ? malloc(cnt ? 2 * cnt : 1) : NULL;
+    if (b->dtype == KVT_BF16 && !t) return err_set("kv cache: out of memory converting %zu rows to bf16", (size_t)n);
+    for (int half = 0; half < 2; half++) {
+        const float *src = half ? v : k;
+        char *base = half ? b->cls->v : b->cls->k;
+        const void *h = src;
+        if (t) {
+            for (size_t i = 0; i < cnt; i++) t[i] = f32_to_bf16(src[i]);
+            h = t;
+        }
+        for (int s0 = 0; s0 < n;) {
+            int r = run_len(b, s0, n - s0);
+            b->dev->ops->upload(b->dev, base + rows_bytes(b, slot_index(b, s0)), (const char *)h + rows_bytes(b, s0),
+                                rows_bytes(b, r));
+            s0 += r;
+        }
+    }
+    free(t);
+    for (int s0 = 0; s0 < n;) {
+        int r = run_len(b, s0, n - s0);
+        memcpy(pos_at(b, s0), pos + s0, (size_t)r * sizeof(int32_t));
+        b->dev->ops->upload(b->dev, b->cls->dpos + slot_index(b, s0), pos + s0, (size_t)r * sizeof(int32_t));
+        s0 += r;
     }
     atomic_store(&c->buf->hw, n);
     c->n = n;
@@ -631,17 +610,11 @@ void kv_view(const kv_cache *c, attn_kv *out) {
     out->row_stride = c->row;
     out->dtype = b ? b->dtype : c->dtype;
     if (!b) return;
-    if (b->table) {
-        out->k = b->cls->k;
-        out->v = b->cls->v;
-        out->pos = b->cls->pos;
-        out->blocks = b->table;
-        out->block_rows = KV_BLOCK;
-        return;
-    }
-    out->k = b->k;
-    out->v = b->v;
-    out->pos = b->dev ? b->dpos : b->pos;
+    out->k = b->cls->k;
+    out->v = b->cls->v;
+    out->pos = b->dev ? b->cls->dpos : b->cls->pos;
+    out->blocks = b->dev ? b->dtable : b->table;
+    out->block_rows = KV_BLOCK;
 }
 
 int kv_rows_to_host(const kv_cache *c, float **k, float **v, int32_t **pos) {
@@ -666,23 +639,25 @@ int kv_rows_to_host(const kv_cache *c, float **k, float **v, int32_t **pos) {
         }
         return 0;
     }
-    backend *d = c->buf->dev;
-    if (c->buf->dtype == KVT_BF16) {
-        /* bf16 rows land in the second half of each float array, then widen in place
-         * from the front (element i is read at byte 2 * cnt + 2 * i >= 4 * i before
-         * element i is written) */
-        uint16_t *hk = (uint16_t *)*k + cnt, *hv = (uint16_t *)*v + cnt;
-        d->ops->download(d, hk, c->buf->k, cnt * 2);
-        d->ops->download(d, hv, c->buf->v, cnt * 2);
+    /* device: each block run downloaded; bf16 rows land in the second half of each
+     * float array, then widen in place from the front (element i is read at byte
+     * 2 * cnt + 2 * i >= 4 * i before element i is written) */
+    const kv_buf *bf = c->buf;
+    backend *d = bf->dev;
+    const int bf16 = bf->dtype == KVT_BF16;
+    char *hk = bf16 ? (char *)((uint16_t *)*k + cnt) : (char *)*k, *hv = bf16 ? (char *)((uint16_t *)*v + cnt) : (char *)*v;
+    for (int s0 = 0; s0 < c->n;) {
+        int r = run_len(bf, s0, c->n - s0);
+        d->ops->download(d, hk + rows_bytes(bf, s0), k_at(bf, s0), rows_bytes(bf, r));
+        d->ops->download(d, hv + rows_bytes(bf, s0), v_at(bf, s0), rows_bytes(bf, r));
+        s0 += r;
+    }
+    if (bf16)
         for (size_t i = 0; i < cnt; i++) {
-            const uint16_t a = hk[i], b = hv[i];
+            const uint16_t a = ((uint16_t *)hk)[i], b = ((uint16_t *)hv)[i];
             (*k)[i] = bf16_to_f32(a);
             (*v)[i] = bf16_to_f32(b);
         }
-        return 0;
-    }
-    d->ops->download(d, *k, c->buf->k, fb);
-    d->ops->download(d, *v, c->buf->v, fb);
     return 0;
 }
 
@@ -769,7 +744,7 @@ int kv_adopt(kv_cache *c, kv_kind kind, int window, int keep, int max, int max_T
 
 size_t kv_trim(kv_cache *c) {
     kv_buf *b = c->buf;
-    if (!b || !b->table || atomic_load(&b->refs) != 1) return 0; /* device rows are allocated whole */
+    if (!b || !b->table || atomic_load(&b->refs) != 1) return 0;
     int cap = atomic_load(&b->cap), keep = table_len(c->n);
     if (keep * KV_BLOCK >= cap) return 0;
     /* the blocks past the view go back to the pool (another table may still hold
@@ -786,8 +761,7 @@ size_t kv_trim(kv_cache *c) {
 
 size_t kv_bytes(const kv_cache *c) {
     if (!c || !c->buf) return 0;
-    /* a device buffer is allocated whole; a paged one holds cap / KV_BLOCK blocks */
-    const int rows = c->buf->dev ? c->buf->reserve : atomic_load(&c->buf->cap);
+    const int rows = atomic_load(&c->buf->cap); /* cap / KV_BLOCK blocks */
     return (size_t)rows * row_bytes(c->row, c->buf ? c->buf->dtype : c->dtype);
 }
 

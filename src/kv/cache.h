@@ -23,15 +23,13 @@
  *     Both paths produce the same slots in the same order, so attention sums in
  *     the same order and results are bit-identical.
  *
- * Host buffers take blocks of KV_BLOCK rows from the pool as rows arrive, so growth
+ * Buffers take blocks of KV_BLOCK rows from the pool as rows arrive, so growth
  * never moves rows and pointers stay valid for other holders; a rotating cache's
  * window lives in its blocks and is overwritten slot by slot. A cache whose `dev`
- * names a device backend keeps its rows in that
- * device's memory and the positions on the host with a device mirror. Device memory
- * cannot be reserved and committed in steps yet (docs/cuda-backend.md), so a device
- * buffer is allocated at twice the rows needed and a write that outgrows it takes the
- * copy path into one twice as large (counted as a copy); every rule above is
- * unchanged. Reference counts and hw are atomic: snapshots may be shared across
+ * names a device backend takes its blocks from that GPU's pool (kv_pool_device):
+ * rows and positions in device memory, the positions also on the host, and the block
+ * table mirrored to the device (kv_buf.dtable) for the kernels; every rule above is
+ * the same. Reference counts and hw are atomic: snapshots may be shared across
  * threads; a single cache is used by one thread at a time. */
 #ifndef CELER_KV_CACHE_H
 #define CELER_KV_CACHE_H
@@ -56,23 +54,21 @@ typedef struct {
     uint64_t cow_blocks;     /* pool blocks copied because a write touched a block another table holds */
 } kv_stats;
 
-/* A row buffer shared by reference. Slots past cap are reserved, not usable. A host
- * buffer is paged: slot s lives in block table[s / KV_BLOCK] of the pool class cls
- * (k, v, pos unused); a device buffer is contiguous. */
+/* A row buffer shared by reference: a block table. Slot s lives in block
+ * table[s / KV_BLOCK] of the pool class cls (host memory, or a device pool's class
+ * for a device cache: rows and positions on the device, positions also on the host).
+ * Slots past cap have no block. */
 typedef struct {
     atomic_int refs;         /* holders */
     atomic_int hw;           /* slots [0, hw) may be visible to some holder */
-    atomic_int cap;          /* slots committed */
-    int reserve;             /* slots of address space reserved */
+    atomic_int cap;          /* slots committed (a multiple of KV_BLOCK) */
+    int reserve;             /* slots the table has entries for */
     long row;                /* elements per row: n_kv * head_dim */
     int dtype;               /* kv_dtype of k and v (KVT_BF16 only in device memory) */
-    void *k;                 /* [reserve, n_kv, head_dim], first cap rows usable */
-    void *v;                 /* [reserve, n_kv, head_dim] */
-    int32_t *pos;            /* [reserve] absolute position of each slot's row (host) */
-    backend *dev;            /* NULL: k and v are host memory; else that device's memory */
-    int32_t *dpos;           /* dev: [reserve] device mirror of pos, what attention reads */
-    kv_pclass *cls;          /* paged: the pool class holding the rows; NULL: contiguous */
-    int32_t *table;          /* paged: [ceil(reserve / KV_BLOCK)] block ids, the first cap / KV_BLOCK held */
+    backend *dev;            /* NULL: host memory; else that device's memory */
+    kv_pclass *cls;          /* the pool class holding the rows */
+    int32_t *table;          /* [ceil(reserve / KV_BLOCK)] block ids, the first cap / KV_BLOCK held */
+    int32_t *dtable;         /* dev: device copy of table, what the kernels read (kept in step) */
 } kv_buf;
 
 typedef struct {
@@ -162,8 +158,8 @@ size_t kv_trim(kv_cache *c);
 
 /* Positions held: lowest and highest (both -1 when empty). */
 void kv_pos_range(const kv_cache *c, int32_t *lo, int32_t *hi);
-/* Bytes of memory committed to c's buffer (a device buffer: its whole allocation;
- * shared bytes counted for each holder). */
+/* Bytes of memory committed to c's buffer (its blocks; shared bytes counted for
+ * each holder). */
 size_t kv_bytes(const kv_cache *c);
 /* Bytes of the rows c's view holds (keys, values, positions). */
 size_t kv_view_bytes(const kv_cache *c);

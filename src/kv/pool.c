@@ -1,6 +1,7 @@
 /* kv/pool.c: the KV block pool (see kv/pool.h): classes by row shape over reserved
- * address space, ids handed out from a free list under a byte budget, memory
- * committed per block on first use, atomic reference counts. */
+ * address space (host: mmap; device: the backend's vm_reserve), ids handed out from
+ * a free list under a byte budget, memory committed per block on first use (host:
+ * mprotect; device: vm_map in granules), atomic reference counts. */
 #include "kv/pool.h"
 
 #include <pthread.h>
@@ -12,7 +13,7 @@
 #include "base/err.h"
 #include "backend/backend.h"
 
-#define POOL_CLASSES 16 /* distinct row shapes one pool serves (a model has one to three) */
+#define POOL_CLASSES 64 /* distinct row shapes one pool serves (a model has one to three) */
 
 struct kv_pool {
     pthread_mutex_t mu;
@@ -21,6 +22,8 @@ struct kv_pool {
     _Atomic uint64_t cow_blocks;
     int n_classes;
     kv_pclass *classes[POOL_CLASSES];
+    int device;                 /* -1: host memory */
+    const backend_ops *ops;     /* device: its vm_* functions */
 };
 
 static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
@@ -42,12 +45,23 @@ kv_pool *kv_pool_new(size_t budget_bytes) {
     if (!p) { err_set("kv pool: out of memory"); return NULL; }
     pthread_mutex_init(&p->mu, NULL);
     p->budget = budget_bytes;
+    p->device = -1;
     return p;
 }
+
+int kv_pool_device_id(const kv_pool *p) { return p->device; }
 
 static void class_destroy(kv_pclass *c) {
     if (!c) return;
     size_t nb = (size_t)c->max_blocks;
+    if (c->device >= 0) {
+        const backend_ops *o = c->pool->ops;
+        const size_t g = c->granule, kvr = (nb * kv_bytes_of(c) + g - 1) / g * g;
+        if (c->k) o->vm_free(c->device, c->k, kvr, c->mapped_k);
+        if (c->v) o->vm_free(c->device, c->v, kvr, c->mapped_v);
+        if (c->dpos) o->vm_free(c->device, c->dpos, (nb * KV_BLOCK * sizeof(int32_t) + g - 1) / g * g, c->mapped_pos);
+        c->k = c->v = NULL;
+    }
     if (c->k) munmap(c->k, page_round(nb * kv_bytes_of(c)));
     if (c->v) munmap(c->v, page_round(nb * kv_bytes_of(c)));
     if (c->pos) munmap(c->pos, page_round(nb * KV_BLOCK * sizeof(int32_t)));
@@ -79,6 +93,69 @@ kv_pool *kv_pool_default(void) {
     return g_default;
 }
 
+/* ---- device pools: one per GPU ---- */
+
+#define MAX_GPUS 64
+static pthread_mutex_t g_dev_mu = PTHREAD_MUTEX_INITIALIZER;
+static kv_pool *g_dev[MAX_GPUS];
+static size_t g_rule_bytes;
+static double g_rule_frac;
+
+/* The budget the rule gives p's GPU, counting held as free (0: cannot tell). */
+static size_t rule_budget(const kv_pool *p, size_t held) {
+    if (g_rule_bytes) return g_rule_bytes;
+    size_t fr = 0, tot = 0;
+    if (p->ops->mem_info(p->device, &fr, &tot) != 0) return 0;
+    if (g_rule_frac > 0) return (size_t)(g_rule_frac * (double)(fr + held));
+    return tot;
+}
+
+kv_pool *kv_pool_device(backend *dev) {
+    const int d = dev->device_id;
+    if (!dev->ops->vm_reserve || !dev->ops->vm_map || !dev->ops->vm_free || !dev->ops->mem_info || d < 0 || d >= MAX_GPUS) {
+        err_set("kv pool: %s cannot map device memory for KV blocks", dev->ops->name);
+        return NULL;
+    }
+    pthread_mutex_lock(&g_dev_mu);
+    kv_pool *p = g_dev[d];
+    if (!p) {
+        kv_pool probe = {.device = d, .ops = dev->ops};
+        size_t budget = rule_budget(&probe, 0);
+        if (budget && (p = kv_pool_new(budget))) {
+            p->device = d;
+            p->ops = dev->ops;
+            g_dev[d] = p;
+        }
+        if (!budget) err_prefix("kv pool: GPU %d", d);
+    }
+    pthread_mutex_unlock(&g_dev_mu);
+    return p;
+}
+
+kv_pool *kv_pool_device_any(void) {
+    pthread_mutex_lock(&g_dev_mu);
+    kv_pool *p = NULL;
+    for (int d = 0; d < MAX_GPUS && !p; d++) p = g_dev[d];
+    pthread_mutex_unlock(&g_dev_mu);
+    return p;
+}
+
+void kv_pool_device_budget(size_t bytes, double frac) {
+    pthread_mutex_lock(&g_dev_mu);
+    g_rule_bytes = bytes;
+    g_rule_frac = bytes ? 0 : frac;
+    for (int d = 0; d < MAX_GPUS; d++) {
+        kv_pool *p = g_dev[d];
+        if (!p) continue;
+        pthread_mutex_lock(&p->mu);
+        size_t held = p->used;
+        pthread_mutex_unlock(&p->mu);
+        size_t b = rule_budget(p, held);
+        if (b) kv_pool_set_budget(p, b);
+    }
+    pthread_mutex_unlock(&g_dev_mu);
+}
+
 kv_pclass *kv_pool_class(kv_pool *p, long row, int dtype) {
     pthread_mutex_lock(&p->mu);
     kv_pclass *c = NULL;
@@ -97,9 +174,26 @@ kv_pclass *kv_pool_class(kv_pool *p, long row, int dtype) {
         size_t nb = p->budget / kv_block_bytes(c);
         if (nb > (size_t)INT32_MAX / KV_BLOCK) nb = (size_t)INT32_MAX / KV_BLOCK;
         if (nb < 1) nb = 1;
+        c->device = p->device;
         /* the whole budget's address space, or as much as the process may map (an
          * RLIMIT_AS): halve until it fits */
-        for (; nb >= 1; nb /= 2) {
+        for (; nb >= 1 && c->device >= 0; nb /= 2) { /* device: the backend's address space */
+            const backend_ops *o = p->ops;
+            size_t g1 = 0, g2 = 0, g3 = 0;
+            c->k = o->vm_reserve(c->device, nb * kv_bytes_of(c), &g1);
+            c->v = c->k ? o->vm_reserve(c->device, nb * kv_bytes_of(c), &g2) : NULL;
+            c->dpos = c->v ? o->vm_reserve(c->device, nb * KV_BLOCK * sizeof(int32_t), &g3) : NULL;
+            c->pos = c->dpos ? reserve(nb * KV_BLOCK * sizeof(int32_t)) : NULL;
+            c->granule = g1;
+            if (c->pos) break;
+            const size_t kvr = (nb * kv_bytes_of(c) + g1 - 1) / (g1 ? g1 : 1) * g1;
+            if (c->k) o->vm_free(c->device, c->k, kvr, 0);
+            if (c->v) o->vm_free(c->device, c->v, kvr, 0);
+            if (c->dpos) o->vm_free(c->device, c->dpos, (nb * KV_BLOCK * sizeof(int32_t) + g1 - 1) / (g1 ? g1 : 1) * g1, 0);
+            c->k = c->v = NULL;
+            c->dpos = NULL;
+        }
+        for (; nb >= 1 && c->device < 0; nb /= 2) {
             c->k = reserve(nb * kv_bytes_of(c));
             c->v = c->k ? reserve(nb * kv_bytes_of(c)) : NULL;
             c->pos = c->v ? reserve(nb * KV_BLOCK * sizeof(int32_t)) : NULL;
@@ -129,8 +223,31 @@ kv_pclass *kv_pool_class(kv_pool *p, long row, int dtype) {
     return c;
 }
 
+/* A device class: maps granules until the first `want` bytes of k and v (and the
+ * positions of the same blocks) are backed. Ids are first handed out in order, so the
+ * mapped part only grows from the base. */
+static int map_to(kv_pclass *c, void *base, size_t *mapped, size_t want) {
+    if (want <= *mapped) return 0;
+    const size_t to = (want + c->granule - 1) / c->granule * c->granule;
+    if (c->pool->ops->vm_map(c->device, (char *)base + *mapped, to - *mapped) != 0) return -1;
+    *mapped = to;
+    return 0;
+}
+
+static int commit_device(kv_pclass *c, int32_t id) {
+    const size_t want = (size_t)(id + 1) * kv_bytes_of(c), wpos = (size_t)(id + 1) * KV_BLOCK * sizeof(int32_t);
+    if (map_to(c, c->k, &c->mapped_k, want) != 0 || map_to(c, c->v, &c->mapped_v, want) != 0 ||
+        map_to(c, c->dpos, &c->mapped_pos, wpos) != 0)
+        return -1;
+    const size_t pb = KV_BLOCK * sizeof(int32_t), p0 = page_floor((size_t)id * pb), p1 = page_round((size_t)(id + 1) * pb);
+    if (mprotect((char *)c->pos + p0, p1 - p0, PROT_READ | PROT_WRITE) != 0)
+        return err_set("kv pool: out of memory committing a block's positions");
+    return 0;
+}
+
 /* Makes block id's memory usable (pages shared with neighbours may already be). */
 static int commit(kv_pclass *c, int32_t id) {
+    if (c->device >= 0) return commit_device(c, id);
     size_t kb = kv_bytes_of(c), pb = KV_BLOCK * sizeof(int32_t);
     size_t k0 = page_floor((size_t)id * kb), k1 = page_round((size_t)(id + 1) * kb);
     size_t p0 = page_floor((size_t)id * pb), p1 = page_round((size_t)(id + 1) * pb);

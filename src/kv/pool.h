@@ -12,13 +12,21 @@
  * goes back on its class's free list (the memory stays with the pool, as vLLM's
  * preallocated pool does). Taking a block when the budget is spent fails with a
  * message naming the budget. Thread safe: ids come and go under a mutex, reference
- * counts are atomic. Host memory only for now (device caches keep contiguous
- * buffers, docs/kv-cache.md). */
+ * counts are atomic.
+ *
+ * A device pool (kv_pool_device: one per GPU, for the life of the process, as the
+ * host's default pool) keeps k, v and a copy of the positions in device memory: each
+ * class reserves device address space for its blocks and maps memory into it as ids
+ * are first handed out (backend vm_reserve / vm_map), so the layout and every rule
+ * above are the host's; the positions have a host copy (pos) beside the device one
+ * (dpos) for the cache's bookkeeping. */
 #ifndef CELER_KV_POOL_H
 #define CELER_KV_POOL_H
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "backend/backend.h"
 
 /* Slots per block: a multiple of every attention kernel's key tile (CPU avx512: 16
  * keys; CUDA flash attention: 64; batched decode splits: 256 = 4 blocks), so a tile
@@ -34,9 +42,13 @@ typedef struct {
     int dtype;              /* kv_dtype of k and v (KVT_F32 on the host) */
     int max_blocks;         /* address space reserved, in blocks */
     void *k, *v;            /* [max_blocks * KV_BLOCK, row] */
-    int32_t *pos;           /* [max_blocks * KV_BLOCK] */
+    int32_t *pos;           /* [max_blocks * KV_BLOCK] (host memory, also for a device class) */
     atomic_int *refs;       /* [max_blocks] holders of each block (0: free) */
     kv_pool *pool;
+    int device;             /* -1: host memory; else k, v and dpos are on this GPU */
+    int32_t *dpos;          /* device: [max_blocks * KV_BLOCK] positions, what attention reads */
+    size_t granule;         /* device: mapping granularity */
+    size_t mapped_k, mapped_v, mapped_pos; /* device: bytes of k, v and dpos mapped so far */
     /* under the pool's mutex */
     int32_t *free_ids;      /* [max_blocks] released ids, a stack */
     int n_free;
@@ -60,6 +72,21 @@ int kv_pool_free(kv_pool *p);
 /* The process-wide pool caches use when given none: its budget is the machine's
  * physical memory. Never freed. */
 kv_pool *kv_pool_default(void);
+
+/* The pool device caches on dev's GPU take blocks from (created on first use with the
+ * budget rule of kv_pool_device_budget; never freed). NULL with a message when dev has
+ * no device memory functions. */
+kv_pool *kv_pool_device(backend *dev);
+/* The budget of device pools, now and later: bytes > 0, or else frac (0, 1] of the
+ * GPU's free memory when the pool is created or the rule set (its own blocks counted
+ * as free); both 0: the GPU's whole memory (the default). Out-of-memory when mapping
+ * still fails a block with a message. */
+void kv_pool_device_budget(size_t bytes, double frac);
+/* The device pool of the lowest GPU that has one, or NULL (what the process's
+ * caches draw from when a model runs on a GPU; celer_kv_pool_get reports it). */
+kv_pool *kv_pool_device_any(void);
+/* -1 for a host pool, else its GPU. */
+int kv_pool_device_id(const kv_pool *p);
 
 /* The class of p for rows of `row` elements of dtype (created on first use). NULL
  * with a message when memory or address space runs out. */

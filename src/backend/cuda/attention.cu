@@ -28,7 +28,8 @@ template <int HD, typename KT>
 __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float *__restrict__ q, const int32_t *__restrict__ qpos,
                                                                   const KT *__restrict__ K, const KT *__restrict__ V,
                                                                   const int32_t *__restrict__ kpos, int n,
-                                                                  const int32_t *__restrict__ n_dev, long stride,
+                                                                  const int32_t *__restrict__ blocks,
+                                                                  const cuk_kv_dyn *__restrict__ dyn, long stride,
                                                                   int n_heads, int n_kv, float scale, int window, float softcap,
                                                                   int splits, float *__restrict__ part,
                                                                   const float *__restrict__ sinks, float *__restrict__ final_out) {
@@ -45,20 +46,24 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float 
         acc[i] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
-    if (n_dev) n = *n_dev; /* a recorded step: the key count is read at replay time */
+    if (dyn) { /* a recorded step: the key count and block table are read at replay time */
+        n = dyn->n;
+        blocks = dyn->blocks;
+    }
     const int per = (n + splits - 1) / splits;
     const int j0 = split * per, j1 = min(n, j0 + per);
     for (int j = j0 + warp; j < j1; j += ATT_WARPS) {
-        const int32_t kp = kpos[j];
+        const long sj = kv_slot(blocks, j);
+        const int32_t kp = kpos[sj];
         if (kp > qp || (window > 0 && qp - kp >= window)) continue;
-        const KT *kr = K + (long)j * stride + (long)g * HD;
+        const KT *kr = K + sj * stride + (long)g * HD;
         float d = 0.f;
 #pragma unroll
         for (int i = 0; i < PL; i++) d += qv[i] * kv_ld(kr + lane + 32 * i);
         d = warp_sum(d);
         if (softcap > 0.f) d = softcap * tanhf(d / softcap);
         const float mn = fmaxf(m, d), f = __expf(m - mn), e = __expf(d - mn);
-        const KT *vr = V + (long)j * stride + (long)g * HD;
+        const KT *vr = V + sj * stride + (long)g * HD;
 #pragma unroll
         for (int i = 0; i < PL; i++) acc[i] = acc[i] * f + e * kv_ld(vr + lane + 32 * i);
         l = l * f + e;
@@ -136,7 +141,8 @@ template <int HD> static size_t pf_smem() {
 template <int HD, typename KT>
 __global__ void __launch_bounds__(PF_WARPS * 32) kernel_attn_prefill(const float *__restrict__ q, const int32_t *__restrict__ qpos,
                                                                     int T, const KT *__restrict__ K, const KT *__restrict__ V,
-                                                                    const int32_t *__restrict__ kpos, int n, long stride,
+                                                                    const int32_t *__restrict__ kpos, int n,
+                                                                    const int32_t *__restrict__ blocks, long stride,
                                                                     int n_heads, int n_kv, float scale, int window, float softcap,
                                                                     const float *__restrict__ sinks, float *__restrict__ out) {
     cuk_pdl_start();
@@ -174,7 +180,9 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_attn_prefill(const float
     }
     for (int j0 = 0; j0 < n; j0 += PF_BK) {
         __syncthreads(); /* the last tile is consumed (and sq written, the first time) */
-        if (threadIdx.x < PF_BK) skp[threadIdx.x] = j0 + (int)threadIdx.x < n ? kpos[j0 + threadIdx.x] : INT_MAX;
+        /* a tile of PF_BK rows lies in one block (PF_BK divides CUK_KV_BLOCK): one lookup */
+        const long t0 = kv_slot(blocks, j0);
+        if (threadIdx.x < PF_BK) skp[threadIdx.x] = j0 + (int)threadIdx.x < n ? kpos[t0 + threadIdx.x] : INT_MAX;
         __syncthreads();
         int klo = INT_MAX, khi = INT_MIN;
         for (int j = 0; j < PF_BK && j0 + j < n; j++) {
@@ -185,7 +193,7 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_attn_prefill(const float
         for (int i = threadIdx.x; i < PF_BK * HD; i += blockDim.x) {
             const int j = i / HD, c = i % HD;
             const bool ok = j0 + j < n;
-            const long at = (long)(j0 + j) * stride + (long)g * HD + c;
+            const long at = (t0 + j) * stride + (long)g * HD + c;
             sk[j * KS + c] = ok ? kv_ld(K + at) : 0.f;
             sv[i] = ok ? kv_ld(V + at) : 0.f;
         }
@@ -253,7 +261,7 @@ static int attn_prefill(const float *q, const int32_t *qpos, int T, const attn_k
     }
     const long total = (long)T * (p->n_heads / p->n_kv);
     const dim3 grid((unsigned)((total + ROWS - 1) / ROWS), (unsigned)p->n_kv);
-    cuk_launch(kernel_attn_prefill<HD, KT>, grid, PF_WARPS * 32, pf_smem<HD>(), s, q, qpos, T, (const KT *)kv->k, (const KT *)kv->v, kv->pos, kv->n, kv->row_stride,
+    cuk_launch(kernel_attn_prefill<HD, KT>, grid, PF_WARPS * 32, pf_smem<HD>(), s, q, qpos, T, (const KT *)kv->k, (const KT *)kv->v, kv->pos, kv->n, kv->blocks, kv->row_stride,
                                                                       p->n_heads, p->n_kv, p->scale, p->window, p->softcap,
                                                                       p->sinks, out);
     return cuk_check("attention (prefill)");
@@ -261,12 +269,12 @@ static int attn_prefill(const float *q, const int32_t *qpos, int T, const attn_k
 
 /* Per-query split-KV attention (decode, and prefill shapes the tiled kernels do not take). */
 template <typename KT>
-static int attn_split(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev, const attn_params *p,
+static int attn_split(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const cuk_kv_dyn *dyn, const attn_params *p,
                       float *out, float *work, cudaStream_t s) {
     const int splits = attn_splits(kv->n);
     const dim3 grid((unsigned)(T * p->n_heads), (unsigned)splits), block(ATT_WARPS * 32);
 #define ATT(HD)                                                                                                         \
-    cuk_launch(kernel_attn_split<HD, KT>, grid, block, 0, s, q, qpos, (const KT *)kv->k, (const KT *)kv->v, kv->pos, kv->n, n_dev, \
+    cuk_launch(kernel_attn_split<HD, KT>, grid, block, 0, s, q, qpos, (const KT *)kv->k, (const KT *)kv->v, kv->pos, kv->n, kv->blocks, dyn, \
                kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window, p->softcap, splits, work, p->sinks,      \
                splits == 1 ? out : NULL)
     switch (p->head_dim) {
@@ -300,23 +308,25 @@ static int attn_tiled(const float *q, const int32_t *qpos, int T, const attn_kv 
     }
 }
 
-extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
+extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const cuk_kv_dyn *dyn,
                              const attn_params *p, float *out, float *work, cuk_stream st) {
     cudaStream_t s = (cudaStream_t)st;
+    if (kv->block_rows && kv->block_rows != CUK_KV_BLOCK)
+        return err_set("cuda attention: paged view of %d rows a block (the kernels take %d)", kv->block_rows, CUK_KV_BLOCK);
     const int bf = kv->dtype == KVT_BF16;
     /* Over a bf16 cache: flash attention on the tensor cores (flash_attn.cu) for the
      * head dims it covers (1: not covered), prefill and decode, keys split across
      * blocks when the queries alone cannot fill the GPU. */
     if (bf && !setting_flag(SET_CUK_ATTN_NO_MMA) && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
         int splits = 1;
-        const int r = cuk_flash_attention(q, qpos, T, kv, n_dev, p, out, work, &splits, st);
+        const int r = cuk_flash_attention(q, qpos, T, kv, dyn, p, out, work, &splits, st);
         if (r < 0) return -1;
         if (r == 0) {
             if (splits == 1) return 0;
             return cuk_attention_merge(work, T, p->n_heads, splits, p->head_dim, p->sinks, NULL, out, st);
         }
     }
-    if (T > CUK_MV_MAX_T && !n_dev && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
+    if (T > CUK_MV_MAX_T && !dyn && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
         /* The tiled CUDA-core kernel, except wide heads over at most 1024 keys, where
          * the per-query kernel measured faster (gemma3-4b pp512: 17.6k vs 16.4k tok/s);
          * CUK_ATTN_PER_QUERY=1 forces the per-query kernel for A/B runs. */
@@ -325,6 +335,6 @@ extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const a
             if (r <= 0) return r;
         }
     }
-    return bf ? attn_split<uint16_t>(q, qpos, T, kv, n_dev, p, out, work, s)
-              : attn_split<float>(q, qpos, T, kv, n_dev, p, out, work, s);
+    return bf ? attn_split<uint16_t>(q, qpos, T, kv, dyn, p, out, work, s)
+              : attn_split<float>(q, qpos, T, kv, dyn, p, out, work, s);
 }

@@ -5,8 +5,9 @@
  * (its cache's rows, positions and row count, its query position) is a descriptor in
  * device memory (cuk_attn_seq), read when the kernel runs: the launch itself depends
  * only on the row count (padded to a bucket by the forward) and a bound on the key
- * count, so a captured graph serves every step of a bucket. Paged KV will replace
- * the base pointers with a block table in the same descriptor.
+ * count, so a captured graph serves every step of a bucket. A paged cache's
+ * descriptor carries its block table (row j of the view is row kv_slot(blocks, j) of
+ * the pool), so tables that change between steps change only values.
  *
  * The attention kernel: one block per (row, KV head, group tile, key split). Its
  * warps walk the split's keys; each key row is read once for the GT query heads that
@@ -70,9 +71,10 @@ __global__ void __launch_bounds__(AB_WARPS * 32)
     const int j0 = (splits > 1 ? split : 0) * per, j1 = splits > 1 ? min(n, j0 + per) : n;
     const KT *K = (const KT *)sq.k, *V = (const KT *)sq.v;
     for (int j = j0 + warp; j < j1; j += AB_WARPS) {
-        const int32_t kp = sq.pos[j];
+        const long sj = kv_slot(sq.blocks, j); /* the row through the sequence's block table */
+        const int32_t kp = sq.pos[sj];
         if (kp > qp || (window > 0 && qp - kp >= window)) continue;
-        const long base = (long)j * sq.stride + (long)g * HD;
+        const long base = sj * sq.stride + (long)g * HD;
         float kr[PL], vr[PL];
 #pragma unroll
         for (int i = 0; i < PL; i++) kr[i] = kv_ld(K + base + lane + 32 * i);

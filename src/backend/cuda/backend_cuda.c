@@ -548,6 +548,10 @@ static const backend_ops cuda_ops = {
     .tp_unique_id = cuda_tp_unique_id,
     .use_here = cuda_use_here,
     .fill_weight = fill_weight,
+    .vm_reserve = cuda_vm_reserve,
+    .vm_map = cuda_vm_map,
+    .vm_free = cuda_vm_free,
+    .mem_info = cuda_mem_info,
 #define CUDA_OP_ENTRY(name, mode) .name = cuda_##name,
     BACKEND_OPS(CUDA_OP_ENTRY)
 #undef CUDA_OP_ENTRY

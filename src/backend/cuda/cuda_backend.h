@@ -182,6 +182,11 @@ void cuda_steps_free(cuda_backend *c);
 int cuda_tp_unique_id(backend *b, void *id);
 int cuda_tp_join(backend *b, int rank, int world, void *shared);
 void cuda_use_here(backend *b);
+/* The device KV pool's memory (kv_vmm.c; backend_ops.vm_* and mem_info). */
+void *cuda_vm_reserve(int device, size_t bytes, size_t *granule);
+int cuda_vm_map(int device, void *at, size_t bytes);
+void cuda_vm_free(int device, void *base, size_t reserved, size_t mapped);
+int cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
 void cuda_tp_leave(cuda_backend *c);
 int cuda_nccl_all_reduce(cuda_backend *c, float *x, long n, cudaStream_t st);
 /* work: [tp_world, T, w] floats (gath) */

@@ -94,11 +94,23 @@ int cuk_glu_bf16(float *g, const float *u, long n, int act, uint16_t *gbf, cuk_s
 BACKEND_OPS(CUK_OP_PROTO_IF)
 #undef CUK_OP_PROTO_IF
 #undef CUK_OP_PROTO
-/* Causal GQA attention over kv (device pointers), as the CPU backend computes it,
- * split over the key range; work holds cuk_attention_work(...) floats. With n_dev
- * (device memory) the key count is read from there when the kernel runs; kv->n then
- * only fixes the split count: any count with the same cuk_attention_bucket works. */
-int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
+/* Rows per block of a paged view on the device (attn_kv.block_rows): the kernels'
+ * key tiles (32, 64) divide it, so a tile spans at most two blocks. */
+#define CUK_KV_BLOCK 64
+/* A recorded step's values of one attention op (device memory, read when the kernel
+ * runs): the view's key count and block table (NULL: the view is contiguous), so one
+ * captured graph serves every step whatever table the session's cache holds. */
+typedef struct {
+    int32_t n, pad;
+    const int32_t *blocks;
+} cuk_kv_dyn;
+/* Causal GQA attention over kv (device pointers; paged views, kv->blocks set, with
+ * block_rows CUK_KV_BLOCK), as the CPU backend computes it, split over the key range;
+ * work holds cuk_attention_work(...) floats. With dyn (device memory) the key count
+ * and the block table are read from there when the kernel runs (kv->blocks is then
+ * ignored: only whether kv->block_rows is set); kv->n then only fixes the split count:
+ * any count with the same cuk_attention_bucket works. */
+int cuk_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const cuk_kv_dyn *dyn,
                   const attn_params *p, float *out, float *work, cuk_stream s);
 size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys);
 /* Attention on the tensor cores over a bf16 cache (flash_attn.cu): the contract of
@@ -106,7 +118,7 @@ size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys);
  * (partials in work, cuk_flash_work floats), merged by its own kernel: *splits is 1
  * afterwards (the caller has nothing to merge). Returns 1 without launching anything for a shape it does not cover (another
  * head dim, a float32 cache, unaligned rows), else 0 or -1 as every launcher. */
-int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
+int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const cuk_kv_dyn *dyn,
                         const attn_params *p, float *out, float *work, int *splits, cuk_stream s);
 size_t cuk_flash_work(int T, int n_heads, int head_dim, int n_keys);
 /* 1: rows that fit one 16-row tile (T x n_heads / n_kv <= 16: decode) take the lean
@@ -116,12 +128,16 @@ void cuk_flash_decode_set(int on);
 int cuk_attention_bucket(int n_keys);
 /* A batched decode step (attention_batch.cu): one row per sequence, what differs per
  * sequence in device memory. k, v: the cache's rows ([n, stride] elements of the
- * cache's kv_dtype), pos: their positions [n]. k == NULL marks a padding row (its output is zero). */
+ * cache's kv_dtype), pos: their positions [n]; with blocks (a paged view: its block
+ * table, CUK_KV_BLOCK rows a block) k, v and pos are the pool's bases and row j is
+ * row blocks[j / 64] * 64 + j % 64 of them. k == NULL marks a padding row (its output
+ * is zero). */
 typedef struct {
     const void *k, *v;
     const int32_t *pos;
     int32_t n, pad;
     long stride;
+    const int32_t *blocks;
 } cuk_attn_seq;
 /* Attention for n rows q [n, n_heads, head_dim] at positions qpos [n] over seqs [n]
  * (both device memory) ->

@@ -27,6 +27,7 @@
 #include <climits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_elem.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_kernels.h"
@@ -77,34 +78,38 @@ __device__ __forceinline__ void fa_cp16(uint16_t *s, const uint16_t *g) {
 __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-/* Key j's row of KV head g in a cache K or V (the one place that knows the cache's row
- * layout: rows of `stride` elements, heads side by side, so a paged layout swaps this) */
+/* Pool row `slot`'s row of KV head g in a cache K or V (the one place that knows the
+ * cache's row layout: rows of `stride` elements, heads side by side; a paged view's
+ * view rows map to pool rows through kv_run, one table lookup per block a tile touches) */
 template <int HD>
-__device__ __forceinline__ const uint16_t *fa_row(const uint16_t *__restrict__ X, int j, long stride, int g) {
-    return X + (long)j * stride + (long)g * HD;
+__device__ __forceinline__ const uint16_t *fa_row(const uint16_t *__restrict__ X, long slot, long stride, int g) {
+    return X + slot * stride + (long)g * HD;
 }
 
-/* rows [FA_BN) of a K or V tile from the cache (zeros at and past key je) into s [FA_BN][S] */
+/* rows [FA_BN) of a K or V tile from the cache (zeros at and past key n) into s
+ * [FA_BN][S]; r: the tile's rows' pool rows (kv_run_at(blocks, j0, n)) */
 template <int HD>
-__device__ __forceinline__ void fa_load_tile(uint16_t *s, const uint16_t *__restrict__ X, int j0, int n, long stride, int g) {
+__device__ __forceinline__ void fa_load_tile(uint16_t *s, const uint16_t *__restrict__ X, int j0, int n, const kv_run &r,
+                                             long stride, int g) {
     constexpr int S = fa_cfg<HD>::S, CH = HD / 8; /* 16-byte chunks per row */
     for (int i = threadIdx.x; i < FA_BN * CH; i += FA_WARPS * 32) {
         const int j = i / CH, c = (i % CH) * 8;
         uint16_t *d = s + j * S + c;
-        if (j0 + j < n) fa_cp16(d, fa_row<HD>(X, j0 + j, stride, g) + c);
+        if (j0 + j < n) fa_cp16(d, fa_row<HD>(X, kv_run_slot(r, j), stride, g) + c);
         else *(uint4 *)d = make_uint4(0, 0, 0, 0);
     }
 }
 
 /* grid (ceil(T * G / FA_BM), n_kv, splits): split z takes keys [z * per, (z + 1) *
- * per), per = ceil(n / splits), n read from n_dev when it is not NULL (a recorded
- * decode step). One split: out [T, n_heads, HD]. Several: part [T * n_heads, splits,
+ * per), per = ceil(n / splits), n and the block table read from dyn when it is not
+ * NULL (a recorded decode step). One split: out [T, n_heads, HD]. Several: part [T * n_heads, splits,
  * HD + 2] (unnormalized accumulators, then max and sum), attention.cu's merge format. */
 template <int HD>
 __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *__restrict__ q, const int32_t *__restrict__ qpos,
                                                                   int T, const uint16_t *__restrict__ K,
                                                                   const uint16_t *__restrict__ V, const int32_t *__restrict__ kpos,
-                                                                  int n, const int32_t *__restrict__ n_dev, long stride,
+                                                                  int n, const int32_t *__restrict__ blocks,
+                                                                  const cuk_kv_dyn *__restrict__ dyn, long stride,
                                                                   int n_heads, int n_kv, float scale, int window, float softcap,
                                                                   const float *__restrict__ sinks, float *__restrict__ out,
                                                                   float *__restrict__ part) {
@@ -119,7 +124,10 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
     const int G = n_heads / n_kv, g = blockIdx.y;
     const long r0 = (long)blockIdx.x * FA_BM, total = (long)T * G;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, lg = lane >> 2, lt = lane & 3;
-    if (n_dev) n = *n_dev;
+    if (dyn) {
+        n = dyn->n;
+        blocks = dyn->blocks;
+    }
     const int splits = gridDim.z, per = (n + splits - 1) / splits;
     const int jb = (int)blockIdx.z * per, je = min(n, jb + per); /* this split's keys */
 
@@ -153,7 +161,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
 
     for (int j0 = jb; j0 < je; j0 += FA_BN) {
         __syncthreads(); /* the previous tile (and its positions) are consumed */
-        if (threadIdx.x < FA_BN) skp[threadIdx.x] = j0 + (int)threadIdx.x < je ? kpos[j0 + threadIdx.x] : INT_MAX;
+        const kv_run run = kv_run_at(blocks, j0, je); /* the tile's rows in the pool */
+        if (threadIdx.x < FA_BN) skp[threadIdx.x] = j0 + (int)threadIdx.x < je ? kpos[kv_run_slot(run, threadIdx.x)] : INT_MAX;
         __syncthreads();
         {
             const int a = skp[lane], b = skp[lane + 32];
@@ -166,9 +175,9 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
             }
             if (klo > qhi || (window > 0 && khi <= qlo - window)) continue; /* no row sees this tile (same in every warp) */
         }
-        fa_load_tile<HD>(sk, K, j0, je, stride, g);
+        fa_load_tile<HD>(sk, K, j0, je, run, stride, g);
         fa_commit();
-        fa_load_tile<HD>(sv, V, j0, je, stride, g);
+        fa_load_tile<HD>(sv, V, j0, je, run, stride, g);
         fa_commit();
         fa_wait<1>(); /* this thread's key copies have landed */
         __syncthreads();
@@ -317,7 +326,8 @@ template <int HD>
 __global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode(const float *__restrict__ q, const int32_t *__restrict__ qpos,
                                                                     int T, const uint16_t *__restrict__ K,
                                                                     const uint16_t *__restrict__ V, const int32_t *__restrict__ kpos,
-                                                                    int n, const int32_t *__restrict__ n_dev, long stride,
+                                                                    int n, const int32_t *__restrict__ blocks,
+                                                                    const cuk_kv_dyn *__restrict__ dyn, long stride,
                                                                     int n_heads, int n_kv, float scale, int window, float softcap,
                                                                     const float *__restrict__ sinks, float *__restrict__ out,
                                                                     float *__restrict__ part) {
@@ -332,23 +342,27 @@ __global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode(const float
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, lg = lane >> 2, lt = lane & 3;
     uint16_t *sk = sq + 16 * S + warp * 2 * FD_KW * S; /* [FD_KW][S] this warp's keys */
     uint16_t *sv = sk + FD_KW * S;                      /* [FD_KW][S] and values */
-    if (n_dev) n = *n_dev;
+    if (dyn) {
+        n = dyn->n;
+        blocks = dyn->blocks;
+    }
     const int splits = gridDim.y, per = (n + splits - 1) / splits;
     const int jb = (int)blockIdx.y * per, je = min(n, jb + per);
 
     /* this warp's rows [j0, j0 + FD_KW) of K and V (zeros past je) as two copy groups */
     auto load = [&](int j0) {
+        const kv_run run = kv_run_at(blocks, j0, je); /* 32 rows: at most two blocks */
         for (int i = lane; i < FD_KW * CH; i += 32) {
             const int j = i / CH, c = (i % CH) * 8;
             uint16_t *d = sk + j * S + c;
-            if (j0 + j < je) fa_cp16(d, fa_row<HD>(K, j0 + j, stride, g) + c);
+            if (j0 + j < je) fa_cp16(d, fa_row<HD>(K, kv_run_slot(run, j), stride, g) + c);
             else *(uint4 *)d = make_uint4(0, 0, 0, 0);
         }
         fa_commit();
         for (int i = lane; i < FD_KW * CH; i += 32) {
             const int j = i / CH, c = (i % CH) * 8;
             uint16_t *d = sv + j * S + c;
-            if (j0 + j < je) fa_cp16(d, fa_row<HD>(V, j0 + j, stride, g) + c);
+            if (j0 + j < je) fa_cp16(d, fa_row<HD>(V, kv_run_slot(run, j), stride, g) + c);
             else *(uint4 *)d = make_uint4(0, 0, 0, 0);
         }
         fa_commit();
@@ -387,7 +401,7 @@ __global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode(const float
             load(j0);
         }
         const bool kv_ok = j0 + lane < je;
-        const int kp_l = kv_ok ? kpos[j0 + lane] : INT_MAX;
+        const int kp_l = kv_ok ? kpos[kv_slot(blocks, j0 + lane)] : INT_MAX;
         int klo = kp_l, khi = kv_ok ? kp_l : INT_MIN;
 #pragma unroll
         for (int o2 = 16; o2 > 0; o2 >>= 1) {
@@ -598,7 +612,7 @@ extern "C" size_t cuk_flash_work(int T, int n_heads, int head_dim, int n_keys) {
 }
 
 template <int HD>
-static int flash(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev, const attn_params *p,
+static int flash(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const cuk_kv_dyn *dyn, const attn_params *p,
                  float *out, float *work, int splits, cudaStream_t s) {
     static int ready[64]; /* the opt-in to more than 48 KiB of shared memory, once per kernel and GPU */
     int dev = 0;
@@ -612,7 +626,7 @@ static int flash(const float *q, const int32_t *qpos, int T, const attn_kv *kv, 
     const long total = (long)T * (p->n_heads / p->n_kv);
     const dim3 grid((unsigned)((total + FA_BM - 1) / FA_BM), (unsigned)p->n_kv, (unsigned)splits);
     cuk_launch(kernel_flash_attn<HD>, grid, FA_WARPS * 32, fa_cfg<HD>::smem, s, q, qpos, T, (const uint16_t *)kv->k,
-               (const uint16_t *)kv->v, kv->pos, kv->n, n_dev, kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window,
+               (const uint16_t *)kv->v, kv->pos, kv->n, kv->blocks, dyn, kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window,
                p->softcap, p->sinks, out, splits > 1 ? work : (float *)NULL);
     return cuk_check("flash attention");
 }
@@ -622,7 +636,7 @@ static int fd_on; /* cuk_flash_decode_set */
 extern "C" void cuk_flash_decode_set(int on) { fd_on = on; }
 
 template <int HD>
-static int flash_decode(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
+static int flash_decode(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const cuk_kv_dyn *dyn,
                         const attn_params *p, float *out, float *work, int splits, cudaStream_t s) {
     static int ready[64]; /* as flash(): the shared-memory opt-in, once per GPU */
     int dev = 0;
@@ -635,12 +649,12 @@ static int flash_decode(const float *q, const int32_t *qpos, int T, const attn_k
     }
     const dim3 grid((unsigned)p->n_kv, (unsigned)splits);
     cuk_launch(kernel_flash_decode<HD>, grid, FD_WARPS * 32, fd_cfg<HD>::smem, s, q, qpos, T, (const uint16_t *)kv->k,
-               (const uint16_t *)kv->v, kv->pos, kv->n, n_dev, kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window,
+               (const uint16_t *)kv->v, kv->pos, kv->n, kv->blocks, dyn, kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window,
                p->softcap, p->sinks, out, splits > 1 ? work : (float *)NULL);
     return cuk_check("flash decode");
 }
 
-extern "C" int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const int32_t *n_dev,
+extern "C" int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const cuk_kv_dyn *dyn,
                                    const attn_params *p, float *out, float *work, int *splits, cuk_stream st) {
     cudaStream_t s = (cudaStream_t)st;
     /* 16-byte copies of each row's head: aligned rows and strides only */
@@ -657,19 +671,19 @@ extern "C" int cuk_flash_attention(const float *q, const int32_t *qpos, int T, c
      * explained: docs/benchmarks/cuda.md) */
     if ((long)T * (p->n_heads / p->n_kv) <= 16 && fd_on) {
         switch (p->head_dim) {
-        case 64: r = flash_decode<64>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
-        case 96: r = flash_decode<96>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
-        case 128: r = flash_decode<128>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
-        case 192: r = flash_decode<192>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
-        case 256: r = flash_decode<256>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
+        case 64: r = flash_decode<64>(q, qpos, T, kv, dyn, p, out, work, sp, s); break;
+        case 96: r = flash_decode<96>(q, qpos, T, kv, dyn, p, out, work, sp, s); break;
+        case 128: r = flash_decode<128>(q, qpos, T, kv, dyn, p, out, work, sp, s); break;
+        case 192: r = flash_decode<192>(q, qpos, T, kv, dyn, p, out, work, sp, s); break;
+        case 256: r = flash_decode<256>(q, qpos, T, kv, dyn, p, out, work, sp, s); break;
         default: return 1;
         }
     } else switch (p->head_dim) {
-    case 64: r = flash<64>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
-    case 96: r = flash<96>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
-    case 128: r = flash<128>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
-    case 192: r = flash<192>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
-    case 256: r = flash<256>(q, qpos, T, kv, n_dev, p, out, work, sp, s); break;
+    case 64: r = flash<64>(q, qpos, T, kv, dyn, p, out, work, sp, s); break;
+    case 96: r = flash<96>(q, qpos, T, kv, dyn, p, out, work, sp, s); break;
+    case 128: r = flash<128>(q, qpos, T, kv, dyn, p, out, work, sp, s); break;
+    case 192: r = flash<192>(q, qpos, T, kv, dyn, p, out, work, sp, s); break;
+    case 256: r = flash<256>(q, qpos, T, kv, dyn, p, out, work, sp, s); break;
     default: return 1; /* 32 and 512 (Gemma 4's wide heads) keep the CUDA-core kernels */
     }
     if (r != 0 || sp == 1) return r;

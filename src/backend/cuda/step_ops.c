@@ -12,7 +12,7 @@
  * captured before (the common case: only the values differ from the last step), are
  * captured when the list repeats the previous step's, and run one by one otherwise.
  * A graph's kernels read the values from device memory, so one capture serves every
- * step until the list changes: a cache buffer moves, attention needs another split
+ * step until the list changes: attention needs another split
  * count (every 256 keys), a work buffer grows.
  *
  * Ops that need the host in the middle of a step (a download, a free, expert
@@ -237,7 +237,7 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
     }
     case SOP_attention: {
         const op_attention_args *a = &e->u.attention;
-        RUN(cuk_attention(a->q, a->qpos, a->T, &a->kv, e->dyn >= 0 ? (const int32_t *)vals : NULL, &a->p, a->out, c->att.p,
+        RUN(cuk_attention(a->q, a->qpos, a->T, &a->kv, e->dyn >= 0 ? (const cuk_kv_dyn *)vals : NULL, &a->p, a->out, c->att.p,
                           st));
         break;
     }
@@ -556,6 +556,14 @@ static int custom_record(cuda_backend *c, step_op *e) {
             d[i].pos = kvs[i].pos;
             d[i].n = kvs[i].n;
             d[i].stride = kvs[i].row_stride;
+            d[i].blocks = kvs[i].blocks; /* a paged view's table: a value, so tables may change between replays */
+            if (kvs[i].blocks && kvs[i].block_rows != CUK_KV_BLOCK) {
+                err_set("cuda attention (batch): paged view of %d rows a block (the kernel takes %d)", kvs[i].block_rows,
+                        CUK_KV_BLOCK);
+                free(d);
+                cuda_fail(c);
+                return 1;
+            }
         }
         submit(c, e, d, nv);
         free(d);
@@ -572,12 +580,19 @@ static int custom_record(cuda_backend *c, step_op *e) {
         a->kv.n = kv.n;
         a->kv.row_stride = kv.row_stride;
         a->kv.dtype = kv.dtype;
+        a->kv.block_rows = kv.block_rows;
+        a->kv.blocks = kv.blocks;
         if (!c->recording) return 0;
-        /* recorded: the key count is a value; the op keeps only a count with the same
-         * split count, so the steps of one 256-key bucket record the same op */
-        const int32_t n = kv.n;
-        a->kv.n = cuk_attention_bucket(n);
-        submit(c, e, &n, sizeof n);
+        /* recorded: the key count and the block table are values; the op keeps only a
+         * count with the same split count (and no table), so the steps of one 256-key
+         * bucket record the same op whichever blocks the cache holds */
+        cuk_kv_dyn dv;
+        memset(&dv, 0, sizeof dv);
+        dv.n = kv.n;
+        dv.blocks = kv.blocks;
+        a->kv.n = cuk_attention_bucket(kv.n);
+        a->kv.blocks = NULL;
+        submit(c, e, &dv, sizeof dv);
         return 1;
     }
     case SOP_put_rows: {
