@@ -128,15 +128,18 @@ static const acase cases[] = {
     /* the rows-in-lanes prefill tiles (8 rows and more) at each tiles-per-task count,
      * and groups of 3 heads (tiles that split a token's heads) */
     {16, 8, 256, 20, 90, 0, 0, 0},   {16, 8, 512, 9, 40, 0, 0, 1},    {12, 4, 64, 21, 70, 25, 0, 0},
-    /* decode (T <= 8: attn_decode_avx512, the keys split over the threads and merged):
-     * 1-8 heads per group, head dims of 1 to 32 chunks of 16 (remainders of 128 of
-     * every width), key counts off 16 and off the splits, window 1 (rows that see one
-     * key or none, with and without sinks), queries before every key */
+    /* decode (T <= 8 and at most 16 rows per group, or more than 16 heads per group:
+     * attn_decode_avx512, the keys split over the threads and merged): 1-20 heads per
+     * group (odd row counts, pairs across tokens), head dims of 1 to 32 chunks of 16
+     * (remainders of 128 of every width), key counts off 16 and off the splits,
+     * window 1 (rows that see one key or none, with and without sinks), queries
+     * before every key */
     {16, 8, 128, 1, 1000, 0, 0, 0},  {32, 4, 64, 3, 257, 0, 0, 1},    {8, 8, 256, 8, 130, 0, 20.0f, 0},
-    {64, 8, 128, 2, 95, 40, 0, 1},   {12, 2, 192, 5, 47, 0, 0, 0},    {4, 2, 16, 4, 65, 0, 0, 1},
+    {64, 8, 128, 2, 95, 40, 0, 1},   {12, 4, 192, 5, 47, 0, 0, 0},    {4, 2, 16, 4, 65, 0, 0, 1},
     {6, 3, 80, 6, 63, 0, 0, 0},      {16, 2, 512, 1, 33, 0, 0, 0},    {8, 4, 64, 2, 40, 1, 0, 1},
-    {8, 4, 64, 2, 40, 1, 0, 0},      {16, 8, 128, 7, 17, 0, 0, 0},    {24, 8, 96, 8, 1, 0, 0, 0},
-    {14, 2, 112, 8, 31, 0, 0, 1},    {8, 1, 240, 1, 48, 0, 0, 0},     {32, 8, 144, 4, 200, 64, 30.0f, 1},
+    {8, 4, 64, 2, 40, 1, 0, 0},      {16, 8, 128, 7, 17, 0, 0, 0},    {24, 8, 96, 5, 1, 0, 0, 0},
+    {14, 2, 112, 2, 31, 0, 0, 1},    {8, 1, 240, 1, 48, 0, 0, 0},     {32, 8, 144, 4, 200, 64, 30.0f, 1},
+    {40, 2, 64, 1, 70, 0, 0, 0},     {40, 2, 64, 3, 70, 0, 0, 1},     {16, 8, 128, 8, 300, 0, 0, 0},
 };
 
 static int level;

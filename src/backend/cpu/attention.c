@@ -111,9 +111,10 @@ static void tile_task(void *ctx, int task, int n_tasks) {
  * range (attn_decode_avx512), streaming the rows of all KV groups, so every thread
  * reads the cache even when there is one KV group. The states are then merged. */
 #define ATTN_DEC_MAX_SPLITS 64
-/* From this many tokens on, a call with 8 rows per KV group and more goes to the
- * rows-in-lanes tiles (prefill's), below it to decode. */
-#define ATTN_DEC_ROWS_T 4
+/* Query rows per KV group up to which a call of at most ATTN_DEC_MAX_T tokens goes to
+ * decode rather than the rows-in-lanes tiles (measured, docs/cpu-kernels.md: decode
+ * loads a group's keys once per pair of rows, the tiles once per 16 to 64 rows). */
+#define ATTN_DEC_MAX_ROWS 16
 typedef struct {
     const float *q;
     const int32_t *qpos;
@@ -205,11 +206,12 @@ void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const
     cpu_backend *c = b->impl;
     const int hpk = p->n_heads / p->n_kv;
     if (cpu_level() >= CPU_AVX512 && p->head_dim % 16 == 0 && p->head_dim <= ATTN_MAX_HD) {
-        /* rows in lanes pay off from half a vector of rows and a few tokens (measured:
-         * docs/cpu-kernels.md); fewer go to decode, which reads the keys once per call */
-        const int rows = (long)T * hpk >= 8 && T > ATTN_DEC_ROWS_T && hpk <= 16;
-        if (!rows && T <= ATTN_DEC_MAX_T && attention_decode(c, q, qpos, T, kv, p, out)) return;
-        if ((long)T * hpk >= 8 && hpk <= 16) {
+        /* rows in lanes need half a vector of rows per group and pay off from 16 */
+        const int rows = (long)T * hpk >= 8 && hpk <= 16;
+        if (T <= ATTN_DEC_MAX_T && (!rows || (long)T * hpk <= ATTN_DEC_MAX_ROWS) &&
+            attention_decode(c, q, qpos, T, kv, p, out))
+            return;
+        if (rows) {
             tile_job tj = {q, qpos, T, 16 / hpk * ATTN_ROW_TILES(p->head_dim), kv, p, out};
             pool_run(c->pool, ((T + tj.tq - 1) / tj.tq) * p->n_kv, tile_task, &tj);
             return;
