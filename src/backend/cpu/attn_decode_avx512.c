@@ -17,9 +17,10 @@
  *    are 16-lane vectors; the values are added into both rows' outputs with each
  *    value chunk loaded once;
  *  - each key and value line is loaded once per pair: a group's 16 rows lie 4 KB
- *    apart (qwen3), all in one L1 set, so a second pass over them would come from L2;
- *  - while group g of a tile is computed, group g's slices of the next tile are
- *    prefetched, so the reads of a tile wait less on memory. */
+ *    apart (qwen3), all in one L1 set, so a second pass over them would come from L2
+ *    (a copy of the tile into a contiguous buffer, tried first, cost as much as it
+ *    saved); the 8 keys of a half-tile are 8 streams the hardware prefetchers follow
+ *    (a software prefetch of the next tile measured no gain). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -57,15 +58,6 @@ static inline __m512 hmax16(__m512 x) {
     x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, 0xb1));
     x = _mm512_max_ps(x, _mm512_permute_ps(x, 0x4e));
     return _mm512_max_ps(x, _mm512_permute_ps(x, 0xb1));
-}
-
-/* Group g's slices of the nb rows from pool row rb on, K and V. */
-static inline void prefetch_tile(const float *k, const float *v, long rb, int nb, long rs, long off, int hd) {
-    for (int j = 0; j < nb; j++)
-        for (int c = 0; c < hd; c += 16) {
-            _mm_prefetch((const char *)(k + (rb + j) * rs + off + c), _MM_HINT_T1);
-            _mm_prefetch((const char *)(v + (rb + j) * rs + off + c), _MM_HINT_T1);
-        }
 }
 
 /* One row's online softmax over a tile: s its scores (masked lanes -inf, vis not
@@ -199,10 +191,7 @@ void attn_decode_avx512(const float *q, const int32_t *qpos, int T, const attn_k
             any |= vis[t];
         }
         if (!any) continue;
-        const int nbn = r0 + 16 < r_hi ? (r_hi - r0 - 16 < 16 ? r_hi - r0 - 16 : 16) : 0;
-        const long rbn = nbn ? attn_kv_row(kv, r0 + 16) : 0;
         for (int g = 0; g < p->n_kv; g++) {
-            if (nbn) prefetch_tile(K, V, rbn, nbn, rs, (long)g * hd, hd);
             /* key j's and value j's slice of this group; missing keys read row 0 (masked) */
             const float *kr[16], *vr[16];
             for (int j = 0; j < 16; j++) {
