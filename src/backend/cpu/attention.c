@@ -111,6 +111,7 @@ static void tile_task(void *ctx, int task, int n_tasks) {
  * range (attn_decode_avx512), streaming the rows of all KV groups, so every thread
  * reads the cache even when there is one KV group. The states are then merged. */
 #define ATTN_DEC_MAX_SPLITS 64
+#define ATTN_DEC_SPLITS_PER_THREAD 4
 /* Query rows per KV group up to which a call of at most ATTN_DEC_MAX_T tokens goes to
  * decode rather than the rows-in-lanes tiles (measured, docs/cpu-kernels.md: decode
  * loads a group's keys once per pair of rows, the tiles once per 16 to 64 rows). */
@@ -185,7 +186,11 @@ static void dec_merge(const dec_job *j) {
 static int attention_decode(cpu_backend *c, const float *q, const int32_t *qpos, int T, const attn_kv *kv,
                             const attn_params *p, float *out) {
     const long rows = (long)T * p->n_heads, tiles = (kv->n + 15) / 16;
-    int splits = c->n_threads < tiles ? c->n_threads : (int)tiles;
+    /* a few splits per thread (of 8 tiles at least), claimed as threads come free, so
+     * a thread slowed down by another process leaves its last ones to the others */
+    long splits = (long)c->n_threads * ATTN_DEC_SPLITS_PER_THREAD;
+    if (splits > tiles / 8) splits = tiles / 8;
+    if (splits < c->n_threads) splits = c->n_threads < tiles ? c->n_threads : tiles;
     if (splits > ATTN_DEC_MAX_SPLITS) splits = ATTN_DEC_MAX_SPLITS;
     const long per = splits == 1 ? 2 * rows : rows * (p->head_dim + 2);
     if ((long)splits * per > c->attn_part_floats) {
@@ -195,8 +200,8 @@ static int attention_decode(cpu_backend *c, const float *q, const int32_t *qpos,
         c->attn_part = np;
         c->attn_part_floats = (long)splits * per;
     }
-    dec_job j = {q, qpos, T, kv, p, splits, tiles, c->attn_part, per, out};
-    pool_run(c->pool, splits, dec_task, &j);
+    dec_job j = {q, qpos, T, kv, p, (int)splits, tiles, c->attn_part, per, out};
+    pool_run(c->pool, (int)splits, dec_task, &j);
     dec_merge(&j);
     return 1;
 }
