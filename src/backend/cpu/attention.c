@@ -192,6 +192,7 @@ static int attention_decode(cpu_backend *c, const float *q, const int32_t *qpos,
     if (splits > tiles / 8) splits = tiles / 8;
     if (splits < c->n_threads) splits = c->n_threads < tiles ? c->n_threads : tiles;
     if (splits > ATTN_DEC_MAX_SPLITS) splits = ATTN_DEC_MAX_SPLITS;
+    if (splits < 1) splits = 1; /* no keys: the rows get zeros (or nothing but their sink) */
     const long per = splits == 1 ? 2 * rows : rows * (p->head_dim + 2);
     if ((long)splits * per > c->attn_part_floats) {
         float *np = mem_aligned(sizeof(float) * (size_t)splits * (size_t)per, "decode attention state");
