@@ -66,8 +66,8 @@ int main(int argc, char **argv) {
     backend *b = backend_cpu_new(threads, 0);
     if (!q || !k || !v || !out || !pos || !qpos || !blocks || !b) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
     srand(1);
-    for (long i = 0; i < (long)T * H * D; i++) q[i] = (float)rand() / RAND_MAX - 0.5f;
-    for (long i = 0; i < rows * G * D; i++) k[i] = (float)rand() / RAND_MAX - 0.5f, v[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (long i = 0; i < (long)T * H * D; i++) q[i] = (float)((double)rand() / RAND_MAX) - 0.5f;
+    for (long i = 0; i < rows * G * D; i++) k[i] = (float)((double)rand() / RAND_MAX) - 0.5f, v[i] = (float)((double)rand() / RAND_MAX) - 0.5f;
     for (int i = 0; i < nblk; i++) blocks[i] = nblk - 1 - i;
     for (long i = 0; i < rows; i++) pos[i] = 0;
     for (int r = 0; r < n; r++) pos[paged ? (long)blocks[r / 64] * 64 + r % 64 : r] = r;
