@@ -99,21 +99,21 @@ static void run_case(const acase *c, int level) {
     static const char *const names[] = {"generic", "avx2", "avx512"};
     setting_override(SET_CELER_CPU, names[level]);
     for (int threads = 2; threads <= 3; threads++) {
-    backend *b = backend_cpu_new(threads, 64);
-    CHECK(b != NULL, "backend");
-    for (int paged = 0; b && paged < 2; paged++) {
-        for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) out[i] = NAN;
-        b->ops->attention(b, q, qpos, c->T, paged ? &pkv : &kv, &p, out);
-        double worst = 0;
-        for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) {
-            double e = fabs(out[i] - ref[i]);
-            if (!(e <= worst)) worst = e;
+        backend *b = backend_cpu_new(threads, 64);
+        CHECK(b != NULL, "backend");
+        for (int paged = 0; b && paged < 2; paged++) {
+            for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) out[i] = NAN;
+            b->ops->attention(b, q, qpos, c->T, paged ? &pkv : &kv, &p, out);
+            double worst = 0;
+            for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) {
+                double e = fabs(out[i] - ref[i]);
+                if (!(e <= worst)) worst = e;
+            }
+            CHECK(worst < 2e-5, "%s%s, %d threads: heads %d/%d hd %d T %d n %d window %d softcap %g sinks %d: max err %g",
+                  names[level], paged ? " paged" : "", threads, c->heads, c->kv, c->hd, c->T, c->n, c->window, c->softcap,
+                  c->sinks, worst);
         }
-        CHECK(worst < 2e-5, "%s%s, %d threads: heads %d/%d hd %d T %d n %d window %d softcap %g sinks %d: max err %g",
-              names[level], paged ? " paged" : "", threads, c->heads, c->kv, c->hd, c->T, c->n, c->window, c->softcap,
-              c->sinks, worst);
-    }
-    backend_free(b);
+        backend_free(b);
     }
     setting_override(SET_CELER_CPU, NULL);
     free(k); free(v); free(q); free(out); free(ref); free(pos); free(qpos);
