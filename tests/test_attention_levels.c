@@ -3,7 +3,8 @@
  * reason printed) against a double-precision softmax(q k^T) v computed here: grouped
  * heads (1, 2, 4, 8 per KV group), head dims on and off the 16-wide tiles, key counts
  * off every tile multiple, cache rows in shuffled position order with gaps and future
- * positions, sliding window, softcap and sinks, 1 to 40 query tokens; each case also
+ * positions, sliding window, softcap and sinks, 1 to 40 query tokens (decode's 1 to 8
+ * split over 2 and 3 threads); each case also
  * through a paged view (attn_kv.blocks: the rows scattered over blocks of 64 in
  * shuffled order, the unused blocks filled with NaN so a wrong lookup shows). */
 #include <math.h>
@@ -97,20 +98,23 @@ static void run_case(const acase *c, int level) {
     reference(c, q, qpos, &kv, &p, ref);
     static const char *const names[] = {"generic", "avx2", "avx512"};
     setting_override(SET_CELER_CPU, names[level]);
-    backend *b = backend_cpu_new(2, 64);
-    CHECK(b != NULL, "backend");
-    for (int paged = 0; b && paged < 2; paged++) {
-        for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) out[i] = NAN;
-        b->ops->attention(b, q, qpos, c->T, paged ? &pkv : &kv, &p, out);
-        double worst = 0;
-        for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) {
-            double e = fabs(out[i] - ref[i]);
-            if (!(e <= worst)) worst = e;
+    for (int threads = 2; threads <= 3; threads++) {
+        backend *b = backend_cpu_new(threads, 64);
+        CHECK(b != NULL, "backend");
+        for (int paged = 0; b && paged < 2; paged++) {
+            for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) out[i] = NAN;
+            b->ops->attention(b, q, qpos, c->T, paged ? &pkv : &kv, &p, out);
+            double worst = 0;
+            for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) {
+                double e = fabs(out[i] - ref[i]);
+                if (!(e <= worst)) worst = e;
+            }
+            CHECK(worst < 2e-5, "%s%s, %d threads: heads %d/%d hd %d T %d n %d window %d softcap %g sinks %d: max err %g",
+                  names[level], paged ? " paged" : "", threads, c->heads, c->kv, c->hd, c->T, c->n, c->window, c->softcap,
+                  c->sinks, worst);
         }
-        CHECK(worst < 2e-5, "%s%s: heads %d/%d hd %d T %d n %d window %d softcap %g sinks %d: max err %g", names[level],
-              paged ? " paged" : "", c->heads, c->kv, c->hd, c->T, c->n, c->window, c->softcap, c->sinks, worst);
+        backend_free(b);
     }
-    backend_free(b);
     setting_override(SET_CELER_CPU, NULL);
     free(k); free(v); free(q); free(out); free(ref); free(pos); free(qpos);
     free(pk); free(pv); free(ppos); free(blk);
@@ -124,6 +128,18 @@ static const acase cases[] = {
     /* the rows-in-lanes prefill tiles (8 rows and more) at each tiles-per-task count,
      * and groups of 3 heads (tiles that split a token's heads) */
     {16, 8, 256, 20, 90, 0, 0, 0},   {16, 8, 512, 9, 40, 0, 0, 1},    {12, 4, 64, 21, 70, 25, 0, 0},
+    /* decode (T <= 8 and at most 16 rows per group, or more than 16 heads per group:
+     * attn_decode_avx512, the keys split over the threads and merged): 1-20 heads per
+     * group (odd row counts, pairs across tokens), head dims of 1 to 32 chunks of 16
+     * (remainders of 128 of every width), key counts off 16 and off the splits,
+     * window 1 (rows that see one key or none, with and without sinks), queries
+     * before every key */
+    {16, 8, 128, 1, 1000, 0, 0, 0},  {32, 4, 64, 3, 257, 0, 0, 1},    {8, 8, 256, 8, 130, 0, 20.0f, 0},
+    {64, 8, 128, 2, 95, 40, 0, 1},   {12, 4, 192, 5, 47, 0, 0, 0},    {4, 2, 16, 4, 65, 0, 0, 1},
+    {6, 3, 80, 6, 63, 0, 0, 0},      {16, 2, 512, 1, 33, 0, 0, 0},    {8, 4, 64, 2, 40, 1, 0, 1},
+    {8, 4, 64, 2, 40, 1, 0, 0},      {16, 8, 128, 7, 17, 0, 0, 0},    {24, 8, 96, 5, 1, 0, 0, 0},
+    {14, 2, 112, 2, 31, 0, 0, 1},    {8, 1, 240, 1, 48, 0, 0, 0},     {32, 8, 144, 4, 200, 64, 30.0f, 1},
+    {40, 2, 64, 1, 70, 0, 0, 0},     {40, 2, 64, 3, 70, 0, 0, 1},     {16, 8, 128, 8, 300, 0, 0, 0},
 };
 
 static int level;

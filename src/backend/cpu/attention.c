@@ -1,16 +1,19 @@
 /* backend/cpu/attention.c: grouped-query causal attention over a cache view, with
  * optional sliding window, logit softcap and per-head sinks. One pass over the keys
  * with an online softmax (running max and sum), so no [T, n] score matrix is stored.
- * At the avx512 level the query rows of a KV group go through key tiles of 16
- * (attention_avx512.c); otherwise each (token, head) walks the keys one at a time
- * with the level's dot / axpy loops. A paged view (attn_kv.blocks) is read through its
+ * At the avx512 level decode calls (a few tokens) split the keys over the threads
+ * (flash-decoding, attn_decode_avx512.c, merged here) and prefill calls put the query
+ * rows of a KV group through key tiles of 16 (attention_avx512.c); otherwise each
+ * (token, head) walks the keys one at a time with the level's dot / axpy loops. A paged view (attn_kv.blocks) is read through its
  * block table (the avx512 tile of 16 keys divides KV_BLOCK, so a tile is one run of
  * rows in one pool block; kv/cache.c checks that at build time). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/attn_kernels.h"
 #include "backend/cpu/cpu.h"
+#include "base/mem.h"
 
 #define KB 64 /* keys scored per block */
 
@@ -86,12 +89,11 @@ static void attn_task(void *ctx, int task, int n_tasks) {
     for (long i = lo; i < hi; i++) attend_one(j, (int)(i / j->p->n_heads), (int)(i % j->p->n_heads));
 }
 
-/* avx512 key tiles: task i covers token tile i / n_kv (tq tokens) of KV group i % n_kv. */
+/* avx512 prefill tiles: task i covers token tile i / n_kv (tq tokens) of KV group i % n_kv. */
 typedef struct {
     const float *q;
     const int32_t *qpos;
     int T, tq;            /* tokens per task */
-    int rows;             /* 1: attn_rows_avx512 (rows in lanes), 0: attn_tile_avx512 */
     const attn_kv *kv;
     const attn_params *p;
     float *out;
@@ -101,19 +103,125 @@ static void tile_task(void *ctx, int task, int n_tasks) {
     (void)n_tasks;
     const tile_job *j = ctx;
     int t0 = (task / j->p->n_kv) * j->tq, t1 = t0 + j->tq < j->T ? t0 + j->tq : j->T;
-    (j->rows ? attn_rows_avx512 : attn_tile_avx512)(j->q, j->qpos, t0, t1, task % j->p->n_kv, j->kv, j->p, j->out);
+    attn_rows_avx512(j->q, j->qpos, t0, t1, task % j->p->n_kv, j->kv, j->p, j->out);
+}
+
+/* Decode (flash-decoding): the cache rows are split into `splits` ranges of whole
+ * 16-key tiles, one task each; a task computes every head's softmax state over its
+ * range (attn_decode_avx512), streaming the rows of all KV groups, so every thread
+ * reads the cache even when there is one KV group. The states are then merged. */
+#define ATTN_DEC_MAX_SPLITS 64
+#define ATTN_DEC_SPLITS_PER_THREAD 4
+/* Query rows per KV group up to which a call of at most ATTN_DEC_MAX_T tokens goes to
+ * decode rather than the rows-in-lanes tiles (measured, docs/cpu-kernels.md: decode
+ * loads a group's keys once per pair of rows, the tiles once per 16 to 64 rows). */
+#define ATTN_DEC_MAX_ROWS 16
+typedef struct {
+    const float *q;
+    const int32_t *qpos;
+    int T;
+    const attn_kv *kv;
+    const attn_params *p;
+    int splits;
+    long tiles;
+    float *part; /* [splits] x {o [rows, head_dim], m [rows], l [rows]} (splits == 1: m, l only; o is out) */
+    long per;    /* floats of one split's part */
+    float *out;
+} dec_job;
+
+static void dec_parts(const dec_job *j, int s, float **o, float **m, float **l) {
+    const long rows = (long)j->T * j->p->n_heads;
+    float *base = j->part + s * j->per;
+    *o = j->splits == 1 ? j->out : base;
+    *m = j->splits == 1 ? base : base + rows * j->p->head_dim;
+    *l = *m + rows;
+}
+
+static void dec_task(void *ctx, int task, int n_tasks) {
+    const dec_job *j = ctx;
+    long lo, hi;
+    pool_range(j->tiles, task, n_tasks, 1, &lo, &hi);
+    float *o, *m, *l;
+    dec_parts(j, task, &o, &m, &l);
+    const long r_hi = hi * 16 < j->kv->n ? hi * 16 : j->kv->n;
+    attn_decode_avx512(j->q, j->qpos, j->T, j->kv, j->p, (int)(lo * 16), (int)r_hi, o, m, l);
+}
+
+/* out row = (sum_s e^(m_s - M) o_s) / (sum_s e^(m_s - M) l_s + e^(sink - M)), M the
+ * largest of the m_s and the sink; a row that saw no key (and no sink) gets zeros. */
+static void dec_merge(const dec_job *j) {
+    const int H = j->p->n_heads, hd = j->p->head_dim, rows = j->T * H, S = j->splits;
+    float *o[ATTN_DEC_MAX_SPLITS], *m[ATTN_DEC_MAX_SPLITS], *l[ATTN_DEC_MAX_SPLITS], w[ATTN_DEC_MAX_SPLITS];
+    for (int s = 0; s < S; s++) dec_parts(j, s, &o[s], &m[s], &l[s]);
+    for (int r = 0; r < rows; r++) {
+        const float sink = j->p->sinks ? j->p->sinks[r % H] : -INFINITY;
+        float M = sink;
+        for (int s = 0; s < S; s++)
+            if (m[s][r] > M) M = m[s][r];
+        float *dst = j->out + (long)r * hd;
+        if (M == -INFINITY) {
+            memset(dst, 0, sizeof(float) * (size_t)hd);
+            continue;
+        }
+        float L = j->p->sinks ? expf(sink - M) : 0.0f;
+        for (int s = 0; s < S; s++) {
+            w[s] = m[s][r] == -INFINITY ? 0.0f : expf(m[s][r] - M);
+            L += l[s][r] * w[s];
+        }
+        const float inv = L > 0 ? 1.0f / L : 0.0f;
+        for (int s = 0; s < S; s++) w[s] *= inv;
+        if (S == 1) {
+            for (int d = 0; d < hd; d++) dst[d] *= w[0];
+            continue;
+        }
+        for (int d = 0; d < hd; d++) {
+            float acc = 0.0f;
+            for (int s = 0; s < S; s++) acc += o[s][(long)r * hd + d] * w[s];
+            dst[d] = acc;
+        }
+    }
+}
+
+/* 1 when the decode path ran; 0 when its state buffer could not grow. */
+static int attention_decode(cpu_backend *c, const float *q, const int32_t *qpos, int T, const attn_kv *kv,
+                            const attn_params *p, float *out) {
+    const long rows = (long)T * p->n_heads, tiles = (kv->n + 15) / 16;
+    /* a few splits per thread (of 8 tiles at least), claimed as threads come free, so
+     * a thread slowed down by another process leaves its last ones to the others */
+    long splits = (long)c->n_threads * ATTN_DEC_SPLITS_PER_THREAD;
+    if (splits > tiles / 8) splits = tiles / 8;
+    if (splits < c->n_threads) splits = c->n_threads < tiles ? c->n_threads : tiles;
+    if (splits > ATTN_DEC_MAX_SPLITS) splits = ATTN_DEC_MAX_SPLITS;
+    if (splits < 1) splits = 1; /* no keys: the rows get zeros (or nothing but their sink) */
+    const long per = splits == 1 ? 2 * rows : rows * (p->head_dim + 2);
+    if ((long)splits * per > c->attn_part_floats) {
+        float *np = mem_aligned(sizeof(float) * (size_t)splits * (size_t)per, "decode attention state");
+        if (!np) return 0;
+        free(c->attn_part);
+        c->attn_part = np;
+        c->attn_part_floats = (long)splits * per;
+    }
+    dec_job j = {q, qpos, T, kv, p, (int)splits, tiles, c->attn_part, per, out};
+    pool_run(c->pool, (int)splits, dec_task, &j);
+    dec_merge(&j);
+    return 1;
 }
 
 void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const attn_kv *kv,
                    const attn_params *p, float *out) {
     cpu_backend *c = b->impl;
     const int hpk = p->n_heads / p->n_kv;
-    if (cpu_level() >= CPU_AVX512 && p->head_dim % 16 == 0 && p->head_dim <= ATTN_MAX_HD && hpk <= 16) {
-        /* rows in lanes pay off from half a vector of rows; fewer go key-lane (decode) */
-        const int rows = (long)T * hpk >= 8;
-        tile_job tj = {q, qpos, T, 16 / hpk * (rows ? ATTN_ROW_TILES(p->head_dim) : 1), rows, kv, p, out};
-        pool_run(c->pool, ((T + tj.tq - 1) / tj.tq) * p->n_kv, tile_task, &tj);
-        return;
+    if (cpu_level() >= CPU_AVX512 && p->head_dim % 16 == 0 && p->head_dim <= ATTN_MAX_HD) {
+        /* rows in lanes need half a vector of rows per group and pay off from 16 */
+        const int rows = (long)T * hpk >= 8 && hpk <= 16;
+        if (T <= ATTN_DEC_MAX_T && (!rows || (long)T * hpk <= ATTN_DEC_MAX_ROWS) &&
+            attention_decode(c, q, qpos, T, kv, p, out))
+            return;
+        if (rows) {
+            tile_job tj = {q, qpos, T, 16 / hpk * ATTN_ROW_TILES(p->head_dim), kv, p, out};
+            pool_run(c->pool, ((T + tj.tq - 1) / tj.tq) * p->n_kv, tile_task, &tj);
+            return;
+        }
     }
     const int level = cpu_level();
     attn_job j = {q, qpos, T, kv, p, out,

@@ -1,20 +1,15 @@
 /* backend/cpu/attention_avx512.c: CPU attention at the avx512 level.
- *  - Key tiles (attn_tile_avx512): the query rows of one KV group (the n_heads / n_kv
- *    heads sharing it, for a few consecutive tokens) go through the keys 16 at a
- *    time. Each key tile is transposed once into Kt [head_dim, 16], so a row's 16
- *    scores are head_dim broadcast-FMAs with no horizontal sums; the mask (causal,
- *    window, tail), the online softmax (running max and sum) and exp are 16-lane
- *    vectors; the tile's values are added into each row's output while they sit
- *    in L1. K and V are read once per tile of rows instead of once per query head.
+ *  - Query rows in lanes (attn_rows_avx512, prefill): below.
  *  - Per-key inner loops (attn_kernels_avx512), for head dims the tiles do not take.
- * exp is a polynomial (range reduction by ln 2 in two parts, degree-6 minimax on
- * [-ln2/2, ln2/2], then scalef): within 2 ulp of expf, far below the 2e-3 fixtures. */
+ * Decode (a few query tokens) is attn_decode_avx512.c. exp is exp512.h's polynomial,
+ * within 2 ulp of expf, far below the 2e-3 fixtures. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "backend/cpu/attn_kernels.h"
+#include "backend/cpu/exp512.h"
 
 /* Full unrolling of the loops over the 16 keys and 16 channels, so that their
  * accumulators stay in registers (at -O2 they would live in memory). */
@@ -40,23 +35,6 @@ static void scale_axpy_avx512(float *o, float f, float e, const float *v, int n)
 
 const attn_kernels attn_kernels_avx512 = {dot_avx512, scale_axpy_avx512};
 
-/* e^x for x <= 0 (masked lanes are never used; x below -87.3 gives 0). */
-static inline __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.5f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x); /* ln 2 = hi + lo */
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
-
 /* 16 x 16 transpose of rows r[0..15] (16 floats each) into out rows of stride 16. */
 static inline __attribute__((always_inline)) void transpose16(__m512 *r) {
     __m512 t[16];
@@ -81,104 +59,6 @@ static inline __attribute__((always_inline)) void transpose16(__m512 *r) {
         t[12 + i] = _mm512_shuffle_f32x4(ab_hi, cd_hi, 0xdd); /* lane 3 */
     }
     for (int i = 0; i < 16; i++) r[i] = t[i];
-}
-
-#define ATTN_ROWS 16 /* query rows per tile */
-
-void attn_tile_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g, const attn_kv *kv,
-                      const attn_params *p, float *out) {
-    const int hd = p->head_dim, hpk = p->n_heads / p->n_kv;
-    const int M = (t1 - t0) * hpk; /* rows: token-major, then the group's heads */
-    float kt[ATTN_MAX_HD * 16] __attribute__((aligned(64))); /* [hd, 16] */
-    float m[ATTN_ROWS], l[ATTN_ROWS];
-    int32_t qp[ATTN_ROWS], qmax = INT32_MIN, qmin = INT32_MAX;
-    const float *qr[ATTN_ROWS];
-    float *orow[ATTN_ROWS];
-    for (int i = 0; i < M; i++) {
-        int t = t0 + i / hpk, h = g * hpk + i % hpk;
-        qr[i] = q + ((long)t * p->n_heads + h) * hd;
-        orow[i] = out + ((long)t * p->n_heads + h) * hd;
-        qp[i] = qpos[t];
-        if (qp[i] > qmax) qmax = qp[i];
-        if (qp[i] < qmin) qmin = qp[i];
-        m[i] = p->sinks ? p->sinks[h] : -INFINITY;
-        l[i] = p->sinks ? 1.0f : 0.0f;
-        for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(orow[i] + d, _mm512_setzero_ps());
-    }
-    const __m512 vscale = _mm512_set1_ps(p->scale);
-    for (int r0 = 0; r0 < kv->n; r0 += 16) {
-        const int nb = kv->n - r0 < 16 ? kv->n - r0 : 16;
-        const __mmask16 live = (__mmask16)((1u << nb) - 1);
-        const long rb = attn_kv_row(kv, r0); /* the tile's 16 rows are one run of one block */
-        const __m512i kp = _mm512_maskz_loadu_epi32(live, kv->pos + rb);
-        /* a tile no row can see (all keys after every query, or all outside every
-         * window) is skipped before any of its keys is read */
-        __mmask16 any = _mm512_mask_cmple_epi32_mask(live, kp, _mm512_set1_epi32(qmax));
-        if (p->window > 0)
-            any = _mm512_mask_cmpgt_epi32_mask(any, kp, _mm512_set1_epi32(qmin - p->window));
-        if (!any) continue;
-        /* Kt [hd, 16]: key j's channel d at kt[d * 16 + j] (missing keys zero) */
-        for (int d0 = 0; d0 < hd; d0 += 16) {
-            __m512 rows[16];
-            for (int j = 0; j < 16; j++)
-                rows[j] = j < nb ? _mm512_loadu_ps((const float *)kv->k + (rb + j) * kv->row_stride + (long)g * hd + d0)
-                                 : _mm512_setzero_ps();
-            transpose16(rows);
-            for (int i = 0; i < 16; i++) _mm512_store_ps(kt + (d0 + i) * 16, rows[i]);
-        }
-        for (int i = 0; i < M; i++) {
-            __mmask16 vis = _mm512_mask_cmple_epi32_mask(live, kp, _mm512_set1_epi32(qp[i]));
-            if (p->window > 0) vis = _mm512_mask_cmpgt_epi32_mask(vis, kp, _mm512_set1_epi32(qp[i] - p->window));
-            if (!vis) continue;
-            /* eight independent chains: an FMA's latency is four cycles at two per cycle */
-            __m512 sc[8];
-            for (int c = 0; c < 8; c++) sc[c] = _mm512_setzero_ps();
-            const float *qi = qr[i];
-            for (int d = 0; d < hd; d += 8)
-                for (int c = 0; c < 8; c++)
-                    sc[c] = _mm512_fmadd_ps(_mm512_set1_ps(qi[d + c]), _mm512_load_ps(kt + (d + c) * 16), sc[c]);
-            for (int c = 0; c < 4; c++) sc[c] = _mm512_add_ps(sc[c], sc[c + 4]);
-            __m512 s = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(sc[0], sc[1]), _mm512_add_ps(sc[2], sc[3])), vscale);
-            if (p->softcap > 0) {
-                float sv[16] __attribute__((aligned(64)));
-                _mm512_store_ps(sv, s);
-                for (int j = 0; j < 16; j++) sv[j] = p->softcap * tanhf(sv[j] / p->softcap);
-                s = _mm512_load_ps(sv);
-            }
-            s = _mm512_mask_blend_ps(vis, _mm512_set1_ps(-INFINITY), s);
-            const float bm = _mm512_reduce_max_ps(s);
-            float f = 1.0f;
-            if (bm > m[i]) {
-                f = expf(m[i] - bm);
-                l[i] *= f;
-                m[i] = bm;
-            }
-            const __m512 e = _mm512_maskz_mov_ps(vis, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m[i]))));
-            l[i] += _mm512_reduce_add_ps(e);
-            float pe[16] __attribute__((aligned(64)));
-            _mm512_store_ps(pe, e);
-            /* o = o f + sum_j e_j v_j over the visible keys, 128 channels (eight
-             * independent chains) at a time */
-            float *o = orow[i];
-            const __m512 vf = _mm512_set1_ps(f);
-            for (int d0 = 0; d0 < hd; d0 += 128) {
-                const int w = hd - d0 < 128 ? (hd - d0) / 16 : 8;
-                __m512 a[8];
-                for (int c = 0; c < w; c++) a[c] = _mm512_mul_ps(_mm512_loadu_ps(o + d0 + 16 * c), vf);
-                for (__mmask16 rest = vis; rest; rest &= (__mmask16)(rest - 1)) {
-                    const int j = __builtin_ctz(rest);
-                    const __m512 pj = _mm512_set1_ps(pe[j]);
-                    const float *v = (const float *)kv->v + (rb + j) * kv->row_stride + (long)g * hd + d0;
-                    for (int c = 0; c < w; c++) a[c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * c), a[c]);
-                }
-                for (int c = 0; c < w; c++) _mm512_storeu_ps(o + d0 + 16 * c, a[c]);
-            }
-        }
-    }
-    for (int i = 0; i < M; i++) {
-        const __m512 inv = _mm512_set1_ps(l[i] > 0 ? 1.0f / l[i] : 0.0f);
-        for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(orow[i] + d, _mm512_mul_ps(_mm512_loadu_ps(orow[i] + d), inv));
-    }
 }
 
 /* Query rows in lanes (attn_rows_avx512), for prefill: a row tile's up to 16 rows

@@ -14,18 +14,25 @@ extern const attn_kernels attn_kernels_avx2;
 extern const attn_kernels attn_kernels_avx512;
 
 /* The avx512 level's key-tiled attention (attention_avx512.c) for head_dim % 16 == 0
- * and head_dim <= ATTN_MAX_HD: the rows (t, h) for tokens [t0, t1) and the heads of
- * KV group g ((t1 - t0) * n_heads / n_kv <= 16), written to out as attention.c does. */
-#define ATTN_MAX_HD 512
-void attn_tile_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g, const attn_kv *kv,
-                      const attn_params *p, float *out);
-/* The same with the query rows in the vector lanes (attention_avx512.c), for 8 rows
- * and more (prefill; the key-lane tile above serves decode): up to
+ * and head_dim <= ATTN_MAX_HD, with the query rows in the vector lanes, for 8 rows
+ * and more (prefill): the rows (t, h) for tokens [t0, t1) and the heads of KV group
+ * g, written to out as attention.c does; up to
  * ATTN_ROW_TILES(head_dim) tiles of 16 rows, (t1 - t0) * n_heads / n_kv rows in all,
  * share each key tile (their state, 2 x 16 x head_dim floats per tile, stays within
  * ATTN_ROW_TILES_MAX x 2 x 16 x 128). */
+#define ATTN_MAX_HD 512
 #define ATTN_ROW_TILES_MAX 4
 #define ATTN_ROW_TILES(hd) ((hd) <= 128 ? 4 : (hd) <= 256 ? 2 : 1)
 void attn_rows_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g, const attn_kv *kv,
                       const attn_params *p, float *out);
+/* Decode at the avx512 level (attn_decode_avx512.c), for T <= ATTN_DEC_MAX_T query
+ * tokens and the shapes the tiles take: the T * n_heads rows of q [T, n_heads,
+ * head_dim] against the view's rows [r_lo, r_hi) (r_lo a multiple of 16) of every KV
+ * group. Leaves each row's softmax state for that range unnormalized and without
+ * sinks: o [T * n_heads, head_dim] = sum_r e^(s_r - m) v_r, m [T * n_heads] the
+ * largest visible score (-inf: none), l [T * n_heads] = sum_r e^(s_r - m); the
+ * caller merges the ranges (flash-decoding). */
+#define ATTN_DEC_MAX_T 8
+void attn_decode_avx512(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p,
+                        int r_lo, int r_hi, float *o, float *m, float *l);
 #endif

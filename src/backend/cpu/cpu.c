@@ -249,6 +249,7 @@ static void cpu_destroy(backend *b) {
         pool_free(c->pool);
         free(c->scratch);
         free(c->xprep);
+        free(c->attn_part);
         free(c);
     }
     free(b);

@@ -16,6 +16,8 @@ typedef struct {
     void *xprep;           /* the fast precision's prepared activations (fast.c), grown on demand */
     long xprep_bytes;
     long pack_budget;      /* bytes weights may still pack (pack.c); -1 until the first */
+    float *attn_part;      /* decode attention's per-split softmax state (attention.c), grown on demand */
+    long attn_part_floats;
 } cpu_backend;
 
 /* Rows the portable kernel dequantizes at once. */
