@@ -97,18 +97,15 @@ INLINE __m512i bf16_bits(__m512 v) {
  * rows of those transposed into the panel. The same bits as dequantizing to float32,
  * transposing and rounding (the path it replaces), in one pass with no float staging. */
 static void affine_pairs(const weight *w, long r, uint32_t *pairs) {
-    const long K = (long)w->cols, G = w->group, ng = K / G, rb = K * w->bits / 8;
-    const uint8_t *codes = (const uint8_t *)w->data;
+    const long K = (long)w->cols, G = w->group;
     const __m512i mask = _mm512_set1_epi32(w->bits == 4 ? 0xf : 0xff);
     for (long c0 = 0; c0 < K; c0 += 32) {
         const long g = c0 / G;
         for (int h = 0; h < 2; h++) {
             __m512i m[16];
             for (int i = 0; i < 16; i++) {
-                const long row = r + 16 * h + i;
-                const __m512 sc = _mm512_set1_ps(affine_sc(w->scales, w->stype, row * ng + g));
-                const __m512 bi = _mm512_set1_ps(affine_sc(w->biases, w->stype, row * ng + g));
-                const uint8_t *p = codes + row * rb + c0 * w->bits / 8;
+                __m512 sc, bi;
+                const uint8_t *p = affine_row_at(w, r + 16 * h + i, g, c0, &sc, &bi);
                 const __m512i v = w->bits == 4 ? _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p))
                                                : _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
                 const __m512i even = _mm512_and_si512(v, mask), odd = _mm512_srli_epi32(v, w->bits);

@@ -45,6 +45,16 @@ static inline __attribute__((always_inline)) float affine_sc(const void *p, scal
     }
 }
 
+/* Row row's scale and bias for group g as broadcast lanes; returns its codes from
+ * column c0. */
+static inline __attribute__((always_inline)) const uint8_t *affine_row_at(const weight *w, long row, long g, long c0,
+                                                                         __m512 *sc, __m512 *bi) {
+    const long ng = (long)w->cols / w->group;
+    *sc = _mm512_set1_ps(affine_sc(w->scales, w->stype, row * ng + g));
+    *bi = _mm512_set1_ps(affine_sc(w->biases, w->stype, row * ng + g));
+    return (const uint8_t *)w->data + row * ((long)w->cols * w->bits / 8) + c0 * w->bits / 8;
+}
+
 /* Whether the builders below take w: 4- or 8-bit codes, groups and columns in whole
  * 32-column steps (so a step never straddles a group). */
 static inline int affine_panel_ok(const weight *w) {
@@ -55,8 +65,7 @@ static inline int affine_panel_ok(const weight *w) {
  * codes to 16 lanes (4-bit: each byte twice, shifted by 0 or 4), dequantized; 16 rows
  * transposed into the panel's 16 columns. */
 static inline void affine_panel_f32(const weight *w, long r, float *panel) {
-    const long K = (long)w->cols, G = w->group, ng = K / G, rb = K * w->bits / 8;
-    const uint8_t *codes = (const uint8_t *)w->data;
+    const long K = (long)w->cols, G = w->group;
     const __m512i mask = _mm512_set1_epi32(w->bits == 4 ? 0xf : 0xff);
     const __m512i shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
     for (long c0 = 0; c0 < K; c0 += 16) {
@@ -64,10 +73,8 @@ static inline void affine_panel_f32(const weight *w, long r, float *panel) {
         for (int h = 0; h < 2; h++) {
             __m512i m[16];
             for (int i = 0; i < 16; i++) {
-                const long row = r + 16 * h + i;
-                const __m512 sc = _mm512_set1_ps(affine_sc(w->scales, w->stype, row * ng + g));
-                const __m512 bi = _mm512_set1_ps(affine_sc(w->biases, w->stype, row * ng + g));
-                const uint8_t *p = codes + row * rb + c0 * w->bits / 8;
+                __m512 sc, bi;
+                const uint8_t *p = affine_row_at(w, r + 16 * h + i, g, c0, &sc, &bi);
                 __m512i v;
                 if (w->bits == 4) {
                     const __m128i b = _mm_loadl_epi64((const __m128i *)p);
