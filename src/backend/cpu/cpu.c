@@ -215,7 +215,7 @@ void cpu_put_rows(backend *b, void *kd, void *vd, int32_t *pd, long row, int slo
 /* Zeroed, but committed page by page as the forward first writes it: the scratch is
  * sized for the largest batch (the logits alone are batch x vocabulary floats, 311 MB
  * twice for a 151,936-token vocabulary at 512 rows), and a memset here made every new
- * session fault in all of it (about 30% of `celer bench`'s wall time in a perf profile). */
+ * session fault in all of it (a quarter of `celer bench`'s wall time). */
 static void *cpu_alloc(backend *b, size_t bytes) {
     (void)b;
     return mem_zeroed(bytes ? bytes : 1, "activations");
