@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,22 +28,6 @@ void *mem_aligned(size_t n, const char *what) {
         return NULL;
     }
     return p;
-}
-
-void *mem_zeroed(size_t n, const char *what) {
-    /* the allocation's own pointer is kept just below the aligned block */
-    char *raw = n <= SIZE_MAX - 64 - sizeof(void *) ? calloc(1, n + 64 + sizeof(void *)) : NULL;
-    if (!raw) {
-        err_set("out of memory allocating %zu bytes for %s", n, what);
-        return NULL;
-    }
-    void **p = (void **)(((uintptr_t)raw + sizeof(void *) + 63) & ~(uintptr_t)63);
-    p[-1] = raw;
-    return p;
-}
-
-void mem_zeroed_free(void *p) {
-    if (p) free(((void **)p)[-1]);
 }
 
 char *mem_strdup(const char *s) {

@@ -6,12 +6,7 @@
 
 void *mem_alloc(size_t n, const char *what);             /* malloc, error on failure */
 void *mem_calloc(size_t n, size_t size, const char *what);
-void *mem_aligned(size_t n, const char *what);
-/* n zero bytes, 64-byte aligned, committed by the system only as they are first
- * touched (calloc's fresh mappings: no upfront memset of buffers sized for the
- * largest batch); freed by mem_zeroed_free (NULL is a no-op), never by free. */
-void *mem_zeroed(size_t n, const char *what);
-void mem_zeroed_free(void *p);           /* 64-byte aligned, free() it */
+void *mem_aligned(size_t n, const char *what);           /* 64-byte aligned, free() it */
 char *mem_strdup(const char *s);
 /* Appends s[n] and a NUL to the text *buf of *len bytes (capacity *cap, doubling as it
  * grows; *buf NULL and both 0 to start). 0, or -1 with an error naming what; *buf is

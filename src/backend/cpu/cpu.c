@@ -212,16 +212,14 @@ void cpu_put_rows(backend *b, void *kd, void *vd, int32_t *pd, long row, int slo
 
 /* ---- memory: host buffers ------------------------------------------------------- */
 
-/* Zeroed, but committed page by page as the forward first writes it: the scratch is
- * sized for the largest batch (the logits alone are batch x vocabulary floats, 311 MB
- * twice for a 151,936-token vocabulary at 512 rows), and a memset here made every new
- * session fault in all of it (a quarter of `celer bench`'s wall time). */
 static void *cpu_alloc(backend *b, size_t bytes) {
     (void)b;
-    return mem_zeroed(bytes ? bytes : 1, "activations");
+    void *p = mem_aligned(bytes ? bytes : 1, "activations");
+    if (p) memset(p, 0, bytes);
+    return p;
 }
 
-static void cpu_release(backend *b, void *p) { (void)b; mem_zeroed_free(p); }
+static void cpu_release(backend *b, void *p) { (void)b; free(p); }
 
 static void cpu_copy(backend *b, void *dst, const void *src, size_t n) {
     (void)b;
