@@ -89,10 +89,12 @@ static void slot_release(srv_sched *S, slot *sl, int keep) {
 
 /* Fails a job and frees every slot it holds. */
 static void job_abort(srv_sched *S, srv_job *j, int status, const char *msg) {
+    char why[512]; /* msg may be the thread's last error, which releasing could replace */
+    snprintf(why, sizeof why, "%s", msg ? msg : "internal error");
     srv_job_ref(j);
-    if (status) srv_job_fail(j, status, msg);
-    for (int i = 0; i < S->n_slots; i++)
+    for (int i = 0; i < S->n_slots; i++) /* first, as in slot_event: the blocks are back when the client hears */
         if (S->slots[i].state != SLOT_FREE && S->slots[i].job == j) slot_release(S, &S->slots[i], 0);
+    if (status) srv_job_fail(j, status, why);
     srv_job_unref(j);
 }
 
@@ -202,8 +204,12 @@ static void slot_event(srv_sched *S, slot *sl, const celer_gen_event *ev) {
     if (finish) {
         if (ev->token >= 0) srv_metrics_tokens(S->met, 0, 0, sl->n_gen);
         sl->state = SLOT_WAIT; /* out of the loop */
-        srv_job_finish_choice(j);
+        /* release before the job reads as done: a client that has its answer then
+         * sees the slot's KV blocks back in the pool (/metrics, the next admission) */
+        srv_job_ref(j);
         slot_release(S, sl, 1);
+        srv_job_finish_choice(j);
+        srv_job_unref(j);
     }
 }
 
