@@ -24,6 +24,12 @@ if [ $rc = 0 ] && grep -q 'tg4' <<<"$out"; then ok "bench --synth tiny --tp 2"; 
 out=$("$C" bench --synth tiny -npl 1,2 -p 8 -n 4 -r 1 -t 2 --device cpu 2>&1); rc=$?
 if [ $rc = 0 ] && grep -q '^model: llama .*BF16' <<<"$out" && ! grep -q 'Q4/G64' <<<"$out"; then ok "bench --synth tiny -npl"; else bad "bench --synth -npl (exit $rc): $out"; fi
 expect "bench --synth bad" 1 "unknown shape \"nope\"" "$C" bench --synth nope -p 8 -n 4 -r 1 --device cpu
+# generate --synth (the KV record's output checks on shapes without a checkpoint): on
+# the CPU every weight is the sparse file's zero, so every logit is 0 and greedy takes id 0
+check "generate --synth tiny" "$("$C" generate --synth tiny --tokens 5,6,7 -n 4 --device cpu 2>&1)" "0,0,0,0"
+expect "generate --synth bad" 1 "unknown shape \"nope\"" "$C" generate --synth nope --tokens 1 --device cpu
+expect "generate --synth -p" 2 "needs a tokenizer" "$C" generate --synth tiny -p hello --device cpu
+expect "generate --synth -m" 2 "not both" "$C" generate --synth tiny -m $F --tokens 1 --device cpu
 # serve: a completion at --tp 2 equals one without
 comp() { BODY='{"prompt":"In the beginning","max_tokens":12,"temperature":0}' timeout 60 node tests/server/get.mjs "http://127.0.0.1:$1/v1/completions"; }
 texts=""

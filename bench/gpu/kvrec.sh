@@ -16,6 +16,9 @@
 # after its shape (five bf16 shapes do not fit the disk together; KEEP=1 keeps them in
 # /tmp/synth-*; one already there is used and kept).
 #
+# SYNTH=1: no checkpoint on disk; every command takes `--synth SHAPE` (the GPU fills
+# the weights), so a large shape (gpt-oss-20b, gemma4-12b) costs seconds, not a
+# 40 GB write and ten reads of it.
 # Settings (environment): SHAPES, PP (512), TG (128), NPL (32), GEN (64), REPS (3),
 # DEPTH (every shape's; default per shape below), Q4=1 (synth --q4), DEVICE (cuda),
 # CELER_BIN (the celer to run; default .gpu/NEW/celer), BENCH_TIMEOUT (600 s a call).
@@ -63,29 +66,35 @@ for s in $SHAPES; do
   D=${DEPTH:-$(depth_of "$s")}
   : > "$log"
   made=0
-  if [ ! -f "$d/model.safetensors" ]; then
-    made=1
-    "$BIN" synth --shape "$s" ${Q4:+--q4} -o "$d" > /dev/null 2>> "$log" || { echo "synth $s failed" | tee -a "$log"; rc=1; continue; }
+  if [ "${SYNTH:-0}" = 1 ]; then
+    M="--synth $s"
+    case $s in tiny) V=256 ;; *) V=30000 ;; esac # the other shapes' vocabularies are over 100,000
+  else
+    M="-m $d"
+    if [ ! -f "$d/model.safetensors" ]; then
+      made=1
+      "$BIN" synth --shape "$s" ${Q4:+--q4} -o "$d" > /dev/null 2>> "$log" || { echo "synth $s failed" | tee -a "$log"; rc=1; continue; }
+    fi
+    V=$(grep -oE '"vocab_size": *[0-9]+' "$d/config.json" | head -n 1 | grep -oE '[0-9]+$')
   fi
-  V=$(grep -oE '"vocab_size": *[0-9]+' "$d/config.json" | head -n 1 | grep -oE '[0-9]+$')
   prompt_ids "$D" "$V" > "$OUT/kvrec-prompt-$s.txt"
-  echo "# $s: depth $D, pp $PP, tg $TG, npl $NPL, device $DEVICE${Q4:+, q4}" | tee -a "$log"
+  echo "# $s: depth $D, pp $PP, tg $TG, npl $NPL, device $DEVICE${Q4:+, q4}${SYNTH:+, --synth}" | tee -a "$log"
   for w in 1 0; do
     e="CELER_KV_INPLACE_WRITE=$w"
     echo "## $e: one sequence, depth 0 and $D" | tee -a "$log"
     for depth in 0 "$D"; do
-      timeout "${BENCH_TIMEOUT:-600}" env $e "$BIN" bench --device "$DEVICE" -m "$d" -p "$PP" -n "$TG" -d "$depth" -r "$REPS" -o md \
+      timeout "${BENCH_TIMEOUT:-600}" env $e "$BIN" bench --device "$DEVICE" $M -p "$PP" -n "$TG" -d "$depth" -r "$REPS" -o md \
         >> "$log" 2>&1 || { echo "FAILED: $s $e bench -d $depth (exit $?)" | tee -a "$log"; rc=1; }
     done
     echo "## $e: -npl $NPL, prompts $PP and $D" | tee -a "$log"
-    timeout "${BENCH_TIMEOUT:-600}" env $e "$BIN" bench --device "$DEVICE" -m "$d" -npl "$NPL" -p "$PP,$D" -n "$TG" \
+    timeout "${BENCH_TIMEOUT:-600}" env $e "$BIN" bench --device "$DEVICE" $M -npl "$NPL" -p "$PP,$D" -n "$TG" \
       -c $((NPL * (D + TG))) -o md >> "$log" 2>&1 || { echo "FAILED: $s $e bench -npl $NPL (exit $?)" | tee -a "$log"; rc=1; }
     # greedy, and a seeded draw from the whole distribution: random weights often make
     # greedy repeat one token, while the draw follows every logit
     for k in greedy seeded; do
       a="--temp 0"; [ $k = seeded ] && a="--temp 1 --top-k 0 --top-p 1 --min-p 0 -s 7"
       echo "## $e: $k ($a), a $D-token prompt, $GEN tokens" | tee -a "$log"
-      timeout "${BENCH_TIMEOUT:-600}" env $e "$BIN" generate --device "$DEVICE" -m "$d" --tokens-file "$OUT/kvrec-prompt-$s.txt" \
+      timeout "${BENCH_TIMEOUT:-600}" env $e "$BIN" generate --device "$DEVICE" $M --tokens-file "$OUT/kvrec-prompt-$s.txt" \
         -n "$GEN" $a --ignore-eos > "$OUT/kvrec-$k-$s-$w.txt" 2>> "$log" ||
         { echo "FAILED: $s $e generate $k (exit $?)" | tee -a "$log"; rc=1; }
       cat "$OUT/kvrec-$k-$s-$w.txt" >> "$log"

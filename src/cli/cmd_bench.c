@@ -101,17 +101,6 @@ void bench_model_label(const celer_model_info *in, char *buf, size_t n) {
     else snprintf(buf, n, "%s %.0fM %s", in->model_type, b * 1e3, fmt);
 }
 
-/* Removes what celer_synth_sparse wrote in dir, and dir. */
-static void bench_synth_clean(const char *dir) {
-    char p[PATH_MAX + 32];
-    const char *names[] = {"model.safetensors", "config.json"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-        unlink(p);
-    }
-    rmdir(dir);
-}
-
 int cmd_bench(int argc, char **argv) {
     args a = {"bench", "[-m DIR|ORG/NAME] [-p 512] [-n 128] [-d 0] [-r 5] [-t N] [-o md|json]  |  -npl 1,8,32 [-p 512,..] [-n 128,..] [-c N]",
               "Measures prefill (ppN) and decode (tgN) speed, llama-bench style, against the measured limits;\n"
@@ -127,24 +116,15 @@ int cmd_bench(int argc, char **argv) {
     char defbuf[PATH_MAX], synth_dir[PATH_MAX] = "";
     const char *synth = args_get(&a, "--synth"), *fmt = args_get(&a, "--output"), *dir;
     if (synth) {
-        /* a config.json and a sparse safetensors header in a scratch directory: the GPU
-         * fills the weights (CELER_SYNTH_FILL); the files go once the model is open */
         if (args_get(&a, "--model")) { args_usage_error(&a, "give -m DIR or --synth NAME, not both"); return 2; }
-        snprintf(synth_dir, sizeof synth_dir, "/tmp/celer-synth-XXXXXX");
-        if (!mkdtemp(synth_dir)) { cli_error("bench", "--synth: cannot make %s", synth_dir); return 1; }
-        if (celer_synth_sparse(synth, synth_dir) != 0) {
-            cli_error("bench", "--synth %s: %s", synth, celer_last_error());
-            bench_synth_clean(synth_dir);
-            return 1;
-        }
-        celer_setting_set("CELER_SYNTH_FILL", "1");
+        if (cli_synth_dir("bench", synth, synth_dir, sizeof synth_dir)) return 1;
         dir = synth_dir;
     } else if (!(dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst))) {
         return mst;
     }
     if (npl) { /* llama-batched-bench's mode, on the same model (--synth too) */
         int r = bench_batched(&a, dir);
-        if (synth_dir[0]) bench_synth_clean(synth_dir);
+        if (synth_dir[0]) cli_synth_clean(synth_dir);
         return r;
     }
     long np, ng, reps, threads, depth;
@@ -156,7 +136,7 @@ int cmd_bench(int argc, char **argv) {
     if (strcmp(fmt, "md") != 0 && strcmp(fmt, "json") != 0) { args_usage_error(&a, "-o wants md or json, got '%s'", fmt); return 2; }
     int tty = cli_stderr_is_tty();
     celer_model *m = cli_model_open("bench", dir, (int)threads, 0);
-    if (synth_dir[0]) bench_synth_clean(synth_dir); /* the mapping outlives the names */
+    if (synth_dir[0]) cli_synth_clean(synth_dir); /* the mapping outlives the names */
     if (!m) { cli_error("bench", "%s", celer_last_error()); return 1; }
     celer_model_info in;
     celer_model_get_info(m, &in);

@@ -20,6 +20,7 @@
 
 static const opt_spec opts[] = {
     {"--model", "-m", "DIR|ORG/NAME", "checkpoint directory, or a hub name in the Hugging Face cache (default: the embedded default model)"},
+    {"--synth", NULL, "NAME", "random weights of a named shape (celer synth --help lists them) made in GPU memory: no checkpoint is read (a shape has no tokenizer: give --tokens or --tokens-file)"},
     {"--tokens", NULL, "LIST", "prompt token ids, comma separated"},
     {"--tokens-file", NULL, "FILE", "read prompt token ids from FILE"},
     {"--prompt", "-p", "TEXT", "prompt text (tokenized with the checkpoint's tokenizer); prints text"},
@@ -55,9 +56,16 @@ int cmd_generate(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : 2;
     if (cli_device_flag(&a)) return 2;
     int mst; /* the exit status when there is no model */
-    char defbuf[PATH_MAX];
-    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst);
-    if (!dir) return mst;
+    char defbuf[PATH_MAX], synth_dir[PATH_MAX] = "";
+    const char *synth = args_get(&a, "--synth"), *dir = synth_dir;
+    if (synth) {
+        const char *need_tok = args_get(&a, "--prompt") ? "-p" : args_get(&a, "--file") ? "-f" : args_get(&a, "--chat") ? "--chat"
+                               : args_get(&a, "--grammar") ? "--grammar" : args_get(&a, "--json-schema") ? "--json-schema" : NULL;
+        if (args_get(&a, "--model")) { args_usage_error(&a, "give -m DIR or --synth NAME, not both"); return 2; }
+        if (need_tok) { args_usage_error(&a, "%s needs a tokenizer, and --synth %s has none: give --tokens or --tokens-file", need_tok, synth); return 2; }
+    } else if (!(dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst))) {
+        return mst;
+    }
     const char *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file"), *text = args_get(&a, "--prompt");
     const char *chat = args_get(&a, "--chat"), *load = args_get(&a, "--load-cache"), *save = args_get(&a, "--save-cache");
     const char *stops = args_get(&a, "--stop-token"), *stop_text = args_get(&a, "--stop");
@@ -146,7 +154,10 @@ int cmd_generate(int argc, char **argv) {
     }
     sp.stop = stop;
     sp.n_stop = n_stop;
-    if (!(m = cli_model_open("generate", dir, (int)threads, 0))) {
+    if (synth && cli_synth_dir("generate", synth, synth_dir, sizeof synth_dir)) goto done;
+    m = cli_model_open("generate", dir, (int)threads, 0);
+    if (synth_dir[0]) cli_synth_clean(synth_dir); /* the mapping outlives the names */
+    if (!m) {
         cli_error("generate", "%s", celer_last_error());
         goto done;
     }

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -78,6 +79,31 @@ static void *status_main(void *arg) {
 }
 
 static const char *g_device; /* borrowed from argv */
+
+int cli_synth_dir(const char *cmd, const char *shape, char *dir, size_t n) {
+    snprintf(dir, n, "/tmp/celer-synth-XXXXXX");
+    if (!mkdtemp(dir)) {
+        cli_error(cmd, "--synth: cannot make %s: %s", dir, strerror(errno));
+        return 1;
+    }
+    if (celer_synth_sparse(shape, dir) != 0) {
+        cli_error(cmd, "--synth %s: %s", shape, celer_last_error());
+        cli_synth_clean(dir);
+        return 1;
+    }
+    celer_setting_set("CELER_SYNTH_FILL", "1");
+    return 0;
+}
+
+void cli_synth_clean(const char *dir) {
+    char p[PATH_MAX + 32];
+    const char *names[] = {"model.safetensors", "config.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
 
 void cli_set_device(const char *device) { g_device = device; }
 

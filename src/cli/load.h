@@ -22,6 +22,15 @@ void cli_set_device(const char *device);
 int cli_device_flag(const args *a);
 const char *cli_device(void);
 
+/* --synth NAME: a config.json and a sparse safetensors header of the named shape in
+ * a fresh scratch directory (its path in dir[n]), and CELER_SYNTH_FILL set, so a GPU
+ * fills the weights with random values instead of reading them (on the CPU they read
+ * as the sparse file's zeros). 0, or 1 after an error naming the shape (printed as
+ * "celer CMD: ...", nothing left behind). cli_synth_clean removes the files and the
+ * directory; call it once the model is open (the mapping outlives the names). */
+int cli_synth_dir(const char *cmd, const char *shape, char *dir, size_t n);
+void cli_synth_clean(const char *dir);
+
 /* Bytes and count of the *.safetensors files in dir (0 and 0 when none or dir
  * cannot be read). */
 uint64_t cli_safetensors_bytes(const char *dir, int *n_files);
