@@ -50,7 +50,7 @@ static model_scratch *scratch_one(const model *m, int max_T) {
         /* tensor parallelism: each rank's share of the logits, gathered into the
          * whole logits on the process's first rank only */
         !ALLOC(s->logits, m->tp && !m->tps ? 0 : T * (size_t)c->vocab * f, "logits") ||
-        !ALLOC(s->plogits, T * (size_t)m->vocab_w * f, "logits") || !ALLOC(s->pos, T * sizeof(int32_t), "positions") ||
+        !ALLOC(s->plogits, m->tp ? T * (size_t)m->vocab_w * f : 0, "logits") || !ALLOC(s->pos, T * sizeof(int32_t), "positions") ||
         !ALLOC(s->tok, T * sizeof(int32_t), "token ids")) {
         model_scratch_free(s);
         return NULL;
