@@ -101,6 +101,11 @@ typedef struct {
     int on_device;       /* buffers live in device memory: the host must not dereference them */
     /* ---- memory: every activation, cache row and uploaded vector ---------------- */
     void *(*alloc)(backend *b, size_t bytes);      /* zeroed; NULL with a message */
+    /* Optional (NULL: alloc): zeroed, with memory committed only where it is written,
+     * for buffers sized for the worst case and mostly never touched (the logits of
+     * every row of a batch: T x vocabulary floats, 311 MB for qwen3-0.6b at -b 512,
+     * where a prompt writes one row). Released by release. */
+    void *(*alloc_lazy)(backend *b, size_t bytes);
     void (*release)(backend *b, void *p);          /* NULL ok */
     void (*copy)(backend *b, void *dst, const void *src, size_t bytes);      /* both backend memory */
     void (*upload)(backend *b, void *dst, const void *host, size_t bytes);   /* host -> backend */

@@ -36,6 +36,10 @@ static model_scratch *scratch_one(const model *m, int max_T) {
     }
     /* buffers a plan does not use stay NULL (a 0-byte request is skipped) */
 #define ALLOC(ptr, n, what) ((n) == 0 || ((ptr) = m->be->ops->alloc(m->be, (n))) != NULL)
+    /* the logits: every row is written before it is read, and most forwards write
+     * one row per sequence, so where the backend can, only written rows take memory */
+#define ALLOC_LAZY(ptr, n, what) \
+    ((n) == 0 || ((ptr) = (m->be->ops->alloc_lazy ? m->be->ops->alloc_lazy : m->be->ops->alloc)(m->be, (n))) != NULL)
     if (!ALLOC(s->x, T * H * f, "activations") || !ALLOC(s->xn, T * H * f, "activations") ||
         !ALLOC(s->q, T * (size_t)qd * f, "activations") || !ALLOC(s->k, T * (size_t)kd * f, "activations") ||
         !ALLOC(s->v, T * (size_t)kd * f, "activations") || !ALLOC(s->att, T * (size_t)qd * f, "activations") ||
@@ -49,13 +53,14 @@ static model_scratch *scratch_one(const model *m, int max_T) {
         !ALLOC(s->qkv, (size_t)(qd + 2 * kd) * f, "activations") || !ALLOC(s->gu, 2 * (size_t)I * f, "activations") ||
         /* tensor parallelism: each rank's share of the logits, gathered into the
          * whole logits on the process's first rank only */
-        !ALLOC(s->logits, m->tp && !m->tps ? 0 : T * (size_t)c->vocab * f, "logits") ||
+        !ALLOC_LAZY(s->logits, m->tp && !m->tps ? 0 : T * (size_t)c->vocab * f, "logits") ||
         !ALLOC(s->plogits, m->tp ? T * (size_t)m->vocab_w * f : 0, "logits") || !ALLOC(s->pos, T * sizeof(int32_t), "positions") ||
         !ALLOC(s->tok, T * sizeof(int32_t), "token ids")) {
         model_scratch_free(s);
         return NULL;
     }
 #undef ALLOC
+#undef ALLOC_LAZY
     return s;
 }
 

@@ -219,6 +219,17 @@ static void *cpu_alloc(backend *b, size_t bytes) {
     return p;
 }
 
+/* calloc: a buffer this large is a fresh anonymous mapping (glibc maps every block
+ * over its 32 MiB threshold) that calloc does not clear, so pages are committed as
+ * they are first written; smaller ones come cleared from the heap. 16-byte aligned,
+ * which every writer of such a buffer (row stores, unaligned vector stores) accepts. */
+static void *cpu_alloc_lazy(backend *b, size_t bytes) {
+    (void)b;
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) err_set("out of memory: %zu bytes of activations", bytes);
+    return p;
+}
+
 static void cpu_release(backend *b, void *p) { (void)b; free(p); }
 
 static void cpu_copy(backend *b, void *dst, const void *src, size_t n) {
@@ -256,6 +267,7 @@ static void cpu_destroy(backend *b) {
 static const backend_ops cpu_ops = {
     .name = "CPU",
     .alloc = cpu_alloc,
+    .alloc_lazy = cpu_alloc_lazy,
     .release = cpu_release,
     .copy = cpu_copy,
     .upload = cpu_copy,
