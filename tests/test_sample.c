@@ -113,6 +113,19 @@ static void argmax_ties(void) {
     l[3] = -0.0f; /* equal to +0.0 */
     l[N - 2] = l[N - 1] = -1.0f;
     CHECK(sample_argmax(l, N) == 3, "-0.0 before +0.0: %d, want 3", sample_argmax(l, N));
+    /* NaN is never greater than anything, so a NaN first stays the answer and a NaN
+     * elsewhere is passed over (a scan keeping the first strictly greater) */
+    l[7] = NAN;
+    l[N - 1] = 2.0f;
+    CHECK(sample_argmax(l, N) == N - 1, "a NaN inside: %d, want %d", sample_argmax(l, N), N - 1);
+    l[0] = NAN;
+    CHECK(sample_argmax(l, N) == 0, "a NaN first: %d, want 0", sample_argmax(l, N));
+    l[12] = 3.0f; /* 13 values from l[1]: 8 in the lanes, the maximum among the last 5 */
+    CHECK(sample_argmax(l + 1, 13) == 11, "13 values, the maximum in the tail: %d, want 11", sample_argmax(l + 1, 13));
+    l[12] = -INFINITY;
+    CHECK(sample_argmax(l + 1, 13) == 2, "13 values, -0.0 first of the zeros: %d, want 2", sample_argmax(l + 1, 13));
+    l[0] = 0.0f;
+    l[N - 1] = -1.0f;
     /* random logits on a coarse grid (many ties), the maximum placed again further on */
     sample_rng r;
     sample_rng_seed(&r, 3);
