@@ -102,7 +102,7 @@ const uint32_t *mm_bf16_panel(const weight *w, long r, uint32_t *own);
  * (mm_fast_prep_rows, all threads) into a buffer of mm_fast_prep_bytes, then runs
  * the kernel with that buffer as its x (an mm_kernel whose x is the prepared rows). */
 enum { MM_FAST_NONE = 0, MM_FAST_BF16 = 1, MM_FAST_Q8 = 2, MM_FAST_QBF16 = 3, MM_FAST_Q4DOT = 4 };
-enum { MM_PREP_NONE = 0, MM_PREP_ROUND = 1, MM_PREP_BF16 = 2, MM_PREP_Q8 = 3 };
+enum { MM_PREP_NONE = 0, MM_PREP_ROUND = 1, MM_PREP_BF16 = 2, MM_PREP_Q8 = 3, MM_PREP_Q4DOT = 4 };
 /* bf16 weights round their activations from this T on (prefill; decode is bound by
  * reading the weights, which rounding does not change). */
 #define MM_FAST_MIN_T 9
@@ -131,6 +131,10 @@ void mm_gemm_avx2_wround(const weight *w, const float *x, float *y, int T, long 
 /* avx512 with AVX512_BF16 / AVX512_VNNI (matmul_avx512dot.c): the kernel of `kind`,
  * or NULL where this processor lacks the instruction or the shape has none. */
 mm_kernel mm_fast_select_avx512dot(const weight *w, int T, int kind);
+/* q4dot's prepared row (MM_PREP_Q4DOT; layout in matmul_avx512dot.c): its stride in
+ * bytes, and row x [cols] into out. */
+long mm_q4dot_row_bytes(const weight *w);
+void mm_q4dot_prep_row(const weight *w, const float *x, void *out);
 const char *mm_kernel_name_avx512dot(mm_kernel k);
 
 /* The float32 FMA peak of `level` (<= cpu_level_hw()) with n_threads threads at

@@ -118,6 +118,7 @@ long mm_fast_prep_bytes(const weight *w, int T, int prep) {
     case MM_PREP_ROUND: return (long)T * (long)w->cols * 4;
     case MM_PREP_BF16: return (long)T * (((long)w->cols + 1) & ~1L) * 2;
     case MM_PREP_Q8: return (long)T * mm_q8_row_bytes(w);
+    case MM_PREP_Q4DOT: return (long)T * mm_q4dot_row_bytes(w);
     }
     return 0;
 }
@@ -134,6 +135,8 @@ void mm_fast_prep_rows(const weight *w, const float *x, int t0, int t1, int prep
             uint16_t *o = (uint16_t *)out + (long)t * np;
             for (long j = 0; j < n; j++) o[j] = f32_to_bf16(xt[j]);
             if (np > n) o[n] = 0;
+        } else if (prep == MM_PREP_Q4DOT) {
+            mm_q4dot_prep_row(w, xt, (uint8_t *)out + (long)t * mm_q4dot_row_bytes(w));
         } else {
             q8_prep_row(w, xt, (uint8_t *)out + (long)t * mm_q8_row_bytes(w));
         }
@@ -244,7 +247,7 @@ int mm_fast_select_level(const weight *w, int T, int level, mm_fast *f) {
     f->k = NULL;
     if (kind == MM_FAST_NONE) return 0;
     if (level >= CPU_AVX512 && (f->k = mm_fast_select_avx512dot(w, T, kind))) {
-        f->prep = kind == MM_FAST_Q8 ? MM_PREP_Q8 : MM_PREP_BF16;
+        f->prep = kind == MM_FAST_Q8 ? MM_PREP_Q8 : kind == MM_FAST_Q4DOT ? MM_PREP_Q4DOT : MM_PREP_BF16;
         return 1;
     }
     if (kind == MM_FAST_Q4DOT) { /* only vdpbf16ps makes it faster: elsewhere exact */

@@ -346,30 +346,45 @@ INLINE void q4dot_nt(const weight *w, const uint16_t *const *xo, const float *co
     }
 }
 
-/* x: prepared bf16 rows [T, cols] (MM_PREP_BF16). scratch: xsum [T, ng rounded up to
- * 16] | xo u16 [T, cols rounded up to 128]. */
-static void q4dot(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
-    const long n = (long)w->cols, G = w->group, ng = n / G, ngp = (ng + 15) & ~15L, nc = (n + 127) & ~127L;
-    const uint16_t *xp = (const uint16_t *)(const void *)x;
-    uint16_t *xo = (uint16_t *)(scratch + T * ngp);
-    for (int t = 0; t < T; t++) {
-        for (long g = 0; g < ng; g++) {
-            __m512 s = _mm512_setzero_ps();
-            for (long c = g * G; c < (g + 1) * G; c += 16)
-                s = _mm512_add_ps(s, _mm512_castsi512_ps(_mm512_slli_epi32(
-                                         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(xp + t * n + c))), 16)));
-            scratch[t * ngp + g] = _mm512_reduce_add_ps(s);
-        }
-        q4dot_order(xp + t * n, n, xo + t * nc);
+/* The prepared row (MM_PREP_Q4DOT), made once per product by cpu_matmul's prep step
+ * rather than by every task of it (8 tasks a product re-ordered the same activations
+ * 8 times: ~10% of a q4 decode token): float xsum [ngp] (each group's sum of the
+ * rounded activations, ng rounded up to 16) | u16 xo [nc] (q4dot_order, cols rounded
+ * up to 128) | u16 xb [cols rounded up to 32] (the rounded row in column order). */
+static long q4dot_ngp(const weight *w) { return ((long)w->cols / w->group + 15) & ~15L; }
+static long q4dot_nc(const weight *w) { return ((long)w->cols + 127) & ~127L; }
+
+long mm_q4dot_row_bytes(const weight *w) {
+    return q4dot_ngp(w) * 4 + q4dot_nc(w) * 2 + (((long)w->cols + 31) & ~31L) * 2; /* whole cache lines */
+}
+
+void mm_q4dot_prep_row(const weight *w, const float *x, void *out) {
+    const long n = (long)w->cols, G = w->group, ng = n / G, ngp = q4dot_ngp(w), nc = q4dot_nc(w);
+    float *xsum = out;
+    uint16_t *xo = (uint16_t *)(xsum + ngp), *xb = xo + nc;
+    for (long j = 0; j < n; j++) xb[j] = f32_to_bf16(x[j]);
+    for (long j = n; j < ((n + 31) & ~31L); j++) xb[j] = 0;
+    for (long g = 0; g < ngp; g++) {
+        __m512 s = _mm512_setzero_ps();
+        for (long c = g * G; g < ng && c < (g + 1) * G; c += 16)
+            s = _mm512_add_ps(s, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(xb + c))), 16)));
+        xsum[g] = _mm512_reduce_add_ps(s);
     }
+    q4dot_order(xb, n, xo);
+}
+
+/* x: prepared rows [T, mm_q4dot_row_bytes] (MM_PREP_Q4DOT). */
+static void q4dot(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch) {
+    (void)scratch;
+    const long stride = mm_q4dot_row_bytes(w) / 4, ngp = q4dot_ngp(w);
     for (int t0 = 0; t0 < T; t0 += 4) {
         const int nt = T - t0 < 4 ? T - t0 : 4;
         const uint16_t *xb[4];
         const float *xs[4];
         for (int t = 0; t < 4; t++) {
-            const int tt = t0 + (t < nt ? t : 0);
-            xb[t] = xo + (long)tt * nc;
-            xs[t] = scratch + tt * ngp;
+            xs[t] = x + (long)(t0 + (t < nt ? t : 0)) * stride;
+            xb[t] = (const uint16_t *)(xs[t] + ngp);
         }
         switch (nt) {
         case 1: q4dot_nt(w, xb, xs, y, t0, 1, r0, r1); break;
