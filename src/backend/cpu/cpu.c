@@ -225,9 +225,7 @@ static void *cpu_alloc(backend *b, size_t bytes) {
  * which every writer of such a buffer (row stores, unaligned vector stores) accepts. */
 static void *cpu_alloc_lazy(backend *b, size_t bytes) {
     (void)b;
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) err_set("out of memory: %zu bytes of activations", bytes);
-    return p;
+    return mem_calloc(1, bytes ? bytes : 1, "logits");
 }
 
 static void cpu_release(backend *b, void *p) { (void)b; free(p); }

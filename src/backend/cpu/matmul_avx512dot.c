@@ -296,7 +296,8 @@ static void q4dot_order(const uint16_t *x, long n, uint16_t *o) {
 
 /* Bytes ahead of the code load that q4dot asks for: with the hardware prefetcher
  * alone the codes arrived late (one token's products on 2 threads: 9.5-11.3 ms; 2 KiB
- * ahead 8.7-10.5, 4 KiB 8.0-9.8; 8 KiB and more slower on one core; 2026-12-02) */
+ * ahead 8.7-10.5, 4 KiB 8.0-9.8; 8 and 16 KiB, tried on one loaded core only, no
+ * better; 2026-12-02, docs/benchmarks/cpu-core.md) */
 #define Q4_PF 4096
 #define Q4_BLOCK 64 /* weight rows a pass of q4dot takes before the next 4 rows of x */
 /* nt <= 4 activation rows xo (q4dot_order) with their group sums xsum[t] [ng]. */
@@ -387,8 +388,9 @@ static void q4dot(const weight *w, const float *x, float *y, int T, long r0, lon
     /* more than 4 rows of x take several passes over the weight rows: over blocks of
      * Q4_BLOCK rows, so the passes after the first find them in cache (a task of the
      * LM head is ~10 MB: they came from memory again) */
-    for (long rb = r0; rb < r1; rb += Q4_BLOCK) {
-        const long re = r1 - rb < Q4_BLOCK ? r1 : rb + Q4_BLOCK;
+    const long blk = T > 4 ? Q4_BLOCK : r1 - r0; /* one pass: one block */
+    for (long rb = r0; rb < r1; rb += blk) {
+        const long re = r1 - rb < blk ? r1 : rb + blk;
         for (int t0 = 0; t0 < T; t0 += 4) {
             const int nt = T - t0 < 4 ? T - t0 : 4;
             const uint16_t *xb[4];
