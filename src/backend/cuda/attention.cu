@@ -52,23 +52,19 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float 
     }
     const int per = (n + splits - 1) / splits;
     const int j0 = split * per, j1 = min(n, j0 + per);
-    for (int j = j0 + warp; j < j1; j += ATT_WARPS) {
-        const long sj = kv_slot(blocks, j);
-        const int32_t kp = kpos[sj];
-        if (kp > qp || (window > 0 && qp - kp >= window)) continue;
-        const KT *kr = K + sj * stride + (long)g * HD;
-        float d = 0.f;
+    attn_walk<ATT_WARPS, PL>(K, V, stride, (long)g * HD, blocks, kpos, j0, j1, warp, lane, qp, window,
+                             [&](const float (&kr)[PL], const float (&vr)[PL]) {
+                                 float d = 0.f;
 #pragma unroll
-        for (int i = 0; i < PL; i++) d += qv[i] * kv_ld(kr + lane + 32 * i);
-        d = warp_sum(d);
-        if (softcap > 0.f) d = softcap * tanhf(d / softcap);
-        const float mn = fmaxf(m, d), f = __expf(m - mn), e = __expf(d - mn);
-        const KT *vr = V + sj * stride + (long)g * HD;
+                                 for (int i = 0; i < PL; i++) d += qv[i] * kr[i];
+                                 d = warp_sum(d);
+                                 if (softcap > 0.f) d = softcap * tanhf(d / softcap);
+                                 const float mn = fmaxf(m, d), f = __expf(m - mn), e = __expf(d - mn);
 #pragma unroll
-        for (int i = 0; i < PL; i++) acc[i] = acc[i] * f + e * kv_ld(vr + lane + 32 * i);
-        l = l * f + e;
-        m = mn;
-    }
+                                 for (int i = 0; i < PL; i++) acc[i] = acc[i] * f + e * vr[i];
+                                 l = l * f + e;
+                                 m = mn;
+                             });
     /* merge the warps of this block */
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][HD];
     if (lane == 0) { sm[warp] = m; sl[warp] = l; }

@@ -10,7 +10,8 @@
  * the pool), so tables that change between steps change only values.
  *
  * The attention kernel: one block per (row, KV head, group tile, key split). Its
- * warps walk the split's keys; each key row is read once for the GT query heads that
+ * warps walk the split's keys (attn_walk: 32 keys' table entries and positions at once,
+ * up to four keys' rows in flight); each key row is read once for the GT query heads that
  * share it (GQA), with an online softmax (max, sum, weighted values) per head and
  * warp. Masks are by stored position (causal and sliding window), so a rotating
  * cache's ring order works. One split writes the result (sinks included); several
@@ -70,30 +71,22 @@ __global__ void __launch_bounds__(AB_WARPS * 32)
     const int per = (n + my_splits - 1) / my_splits;
     const int j0 = (splits > 1 ? split : 0) * per, j1 = splits > 1 ? min(n, j0 + per) : n;
     const KT *K = (const KT *)sq.k, *V = (const KT *)sq.v;
-    for (int j = j0 + warp; j < j1; j += AB_WARPS) {
-        const long sj = kv_slot(sq.blocks, j); /* the row through the sequence's block table */
-        const int32_t kp = sq.pos[sj];
-        if (kp > qp || (window > 0 && qp - kp >= window)) continue;
-        const long base = sj * sq.stride + (long)g * HD;
-        float kr[PL], vr[PL];
+    attn_walk<AB_WARPS, PL>(K, V, sq.stride, (long)g * HD, sq.blocks, sq.pos, j0, j1, warp, lane,
+                            qp, window, [&](const float (&kr)[PL], const float (&vr)[PL]) {
 #pragma unroll
-        for (int i = 0; i < PL; i++) kr[i] = kv_ld(K + base + lane + 32 * i);
+                                for (int t = 0; t < GT; t++) {
+                                    float d = 0.f;
 #pragma unroll
-        for (int i = 0; i < PL; i++) vr[i] = kv_ld(V + base + lane + 32 * i);
+                                    for (int i = 0; i < PL; i++) d += qv[t][i] * kr[i];
+                                    d = warp_sum(d);
+                                    if (softcap > 0.f) d = softcap * tanhf(d / softcap);
+                                    const float mn = fmaxf(m[t], d), f = __expf(m[t] - mn), e = __expf(d - mn);
 #pragma unroll
-        for (int t = 0; t < GT; t++) {
-            float d = 0.f;
-#pragma unroll
-            for (int i = 0; i < PL; i++) d += qv[t][i] * kr[i];
-            d = warp_sum(d);
-            if (softcap > 0.f) d = softcap * tanhf(d / softcap);
-            const float mn = fmaxf(m[t], d), f = __expf(m[t] - mn), e = __expf(d - mn);
-#pragma unroll
-            for (int i = 0; i < PL; i++) acc[t][i] = acc[t][i] * f + e * vr[i];
-            l[t] = l[t] * f + e;
-            m[t] = mn;
-        }
-    }
+                                    for (int i = 0; i < PL; i++) acc[t][i] = acc[t][i] * f + e * vr[i];
+                                    l[t] = l[t] * f + e;
+                                    m[t] = mn;
+                                }
+                            });
     /* merge the warps of this block, one head at a time */
     __shared__ float sm[AB_WARPS], sl[AB_WARPS], sacc[AB_WARPS][HD];
 #pragma unroll 1

@@ -2,8 +2,9 @@
  * per-query kernel, attention_batch.cu's batched decode kernel) share: how a key
  * range is split across blocks, and how a block's warps merge their online softmax
  * (max, sum, weighted values) into one output or one split's partial. The merge of
- * the partials is cuk_attention_merge (attention.cu). One copy, so both kernels sum
- * in the same order for the same split. */
+ * the partials is cuk_attention_merge (attention.cu); and the walk of a warp over its
+ * keys (attn_walk). One copy, so both kernels sum in the same order for the same
+ * split. Includers include common.cuh and kv_elem.cuh first. */
 #ifndef CELER_CUDA_ATTN_MERGE_CUH
 #define CELER_CUDA_ATTN_MERGE_CUH
 
@@ -57,4 +58,55 @@ __device__ __forceinline__ void attn_warps_out(const float *sm, const float *sl,
     }
 }
 
+
+/* Warp `warp` of W walks the keys j0 + warp, j0 + warp + W, ... below j1 (the order
+ * both kernels accumulate in) and calls use(k, v) with each live key's K and V rows
+ * (PL channels per lane, lane + 32 i), in that order. Live: stored position at most
+ * qp and, with a window, less than window behind it. Why not key by key: a key's
+ * rows can only load after its table entry and its position have, three dependent
+ * memory reads per key, and a decode step's grid is small (8 rows of llama3-8b: 64
+ * blocks), so those latencies were the kernel's time. Here the 32 lanes look up 32
+ * keys' pool rows and positions at once, and the live keys' rows load AT_INFLIGHT
+ * keys at a time (fewer for wide heads, to stay in registers). Every lane of the
+ * warp calls it (ballots and shuffles). */
+template <int W, int PL, typename KT, typename Use>
+__device__ __forceinline__ void attn_walk(const KT *__restrict__ K, const KT *__restrict__ V, long stride, long off,
+                                          const int32_t *__restrict__ blocks, const int32_t *__restrict__ kpos, int j0,
+                                          int j1, int warp, int lane, int32_t qp, int window, Use use) {
+    constexpr int NK = PL <= 4 ? 4 : PL <= 8 ? 2 : 1; /* keys in flight: 4 x 2 x PL floats of rows per lane at most 32 */
+    for (int c = j0 + warp; c < j1; c += 32 * W) {
+        const int jl = c + W * lane;
+        long sl = 0;
+        bool live = false;
+        if (jl < j1) {
+            sl = kv_slot(blocks, jl);
+            const int32_t kp = kpos[sl];
+            live = kp <= qp && !(window > 0 && qp - kp >= window);
+        }
+        unsigned todo = __ballot_sync(0xffffffffu, live);
+        while (todo) {
+            int src[NK];
+            bool has[NK];
+#pragma unroll
+            for (int u = 0; u < NK; u++) {
+                has[u] = todo != 0;
+                src[u] = has[u] ? __ffs(todo) - 1 : src[0]; /* a missing key re-reads the first's rows */
+                todo &= todo - 1;
+            }
+            float k[NK][PL], v[NK][PL];
+#pragma unroll
+            for (int u = 0; u < NK; u++) {
+                const long r = __shfl_sync(0xffffffffu, sl, src[u]) * stride + off;
+#pragma unroll
+                for (int i = 0; i < PL; i++) {
+                    k[u][i] = kv_ld(K + r + lane + 32 * i);
+                    v[u][i] = kv_ld(V + r + lane + 32 * i);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < NK; u++)
+                if (has[u]) use(k[u], v[u]);
+        }
+    }
+}
 #endif
