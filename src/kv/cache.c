@@ -24,7 +24,7 @@ _Static_assert(KV_BLOCK % 64 == 0, "KV_BLOCK must be a multiple of the attention
 
 /* ---- counters ----------------------------------------------------------------- */
 
-static _Atomic uint64_t g_inplace_rows, g_copied_bytes, g_cow_copies, g_allocs, g_cow_blocks;
+static _Atomic uint64_t g_inplace_rows, g_copied_bytes, g_cow_copies, g_allocs, g_cow_blocks, g_row_writes;
 static atomic_int g_ignore_sharing;
 
 static void count(kv_cache *c, uint64_t inplace_rows, uint64_t copied_bytes, uint64_t cow, uint64_t allocs) {
@@ -40,6 +40,11 @@ static void count(kv_cache *c, uint64_t inplace_rows, uint64_t copied_bytes, uin
     atomic_fetch_add_explicit(&g_allocs, allocs, memory_order_relaxed);
 }
 
+static void count_row_writes(kv_cache *c, int runs) {
+    if (c->stats) c->stats->row_writes += (uint64_t)runs;
+    atomic_fetch_add_explicit(&g_row_writes, (uint64_t)runs, memory_order_relaxed);
+}
+
 static void count_cow_block(kv_cache *c) {
     if (c->stats) c->stats->cow_blocks++;
     atomic_fetch_add_explicit(&g_cow_blocks, 1, memory_order_relaxed);
@@ -52,6 +57,7 @@ void kv_stats_global(kv_stats *out) {
     out->cow_copies = atomic_load(&g_cow_copies);
     out->allocs = atomic_load(&g_allocs);
     out->cow_blocks = atomic_load(&g_cow_blocks);
+    out->row_writes = atomic_load(&g_row_writes);
 }
 
 void kv_stats_add(kv_stats *into, const kv_stats *d) {
@@ -195,9 +201,11 @@ static int reserve_rows(const kv_cache *c, int top) {
 }
 
 /* Slots [d, d + n) of dst <- slots [s, s + n) of src (same row width and memory),
- * in runs that stay inside one block of each (device: through the backend's copy). */
-static void copy_rows(kv_buf *dst, int d, const kv_buf *src, int s, int n) {
-    while (n > 0) {
+ * in runs that stay inside one block of each (device: through the backend's copy).
+ * Returns the runs. */
+static int copy_rows(kv_buf *dst, int d, const kv_buf *src, int s, int n) {
+    int runs = 0;
+    for (; n > 0; runs++) {
         int r = run_len(dst, d, n), r2 = run_len(src, s, r);
         memmove(pos_at(dst, d), pos_at(src, s), (size_t)r2 * sizeof(int32_t));
         if (dst->dev) {
@@ -212,13 +220,15 @@ static void copy_rows(kv_buf *dst, int d, const kv_buf *src, int s, int n) {
         }
         d += r2, s += r2, n -= r2;
     }
+    return runs;
 }
 
 /* Slots [s, s + n) of b <- rows k, v [n, row] (memory of b's kind) at positions pos
  * [n] (host), in runs that stay inside one block (device: the backend's put_rows at
- * the run's pool slot). */
-static void put_rows(kv_buf *b, int s, const float *k, const float *v, const int32_t *pos, int n) {
-    while (n > 0) {
+ * the run's pool slot). Returns the runs. */
+static int put_rows(kv_buf *b, int s, const float *k, const float *v, const int32_t *pos, int n) {
+    int runs = 0;
+    for (; n > 0; runs++) {
         int r = run_len(b, s, n);
         memcpy(pos_at(b, s), pos, (size_t)r * sizeof(int32_t));
         if (b->dev) {
@@ -232,6 +242,7 @@ static void put_rows(kv_buf *b, int s, const float *k, const float *v, const int
         k += (long)r * b->row;
         v += (long)r * b->row;
     }
+    return runs;
 }
 
 /* Rows of block i that c's view holds. */
@@ -508,18 +519,28 @@ int kv_prepare(kv_cache *c, int32_t p0, int T) {
 
 /* ---- append ------------------------------------------------------------------- */
 
-/* Closes holes: moves live rows from slots >= new_n into dead slots below new_n. */
+/* Closes holes: moves the live rows of slots >= new_n into the dead slots below
+ * new_n, the i-th hole taking the i-th such row (attention masks by position, so
+ * which slot holds a row is irrelevant). Pairs whose holes and sources both run on
+ * move as one copy: a rotating cache's first decode step after a long prompt drops
+ * up to max_T - 1 rows at once, and a device copy per row was a kernel launch per
+ * row (gemma3-4b: 1.4 million launches, 8 s, at 32 sequences with 2,048-token prompts). */
 static void compact(kv_cache *c, int32_t lo, int32_t hi, int new_n) {
     kv_buf *b = c->buf;
-    int src = c->n - 1, moved = 0;
+    int src = new_n, moved = 0, runs = 0;
     for (int h = 0; h < new_n; h++) {
         if (!dead(c, h, lo, hi)) continue;
-        while (src >= new_n && dead(c, src, lo, hi)) src--;
-        copy_rows(b, h, b, src, 1);
-        src--;
-        moved++;
+        while (src < c->n && dead(c, src, lo, hi)) src++;
+        if (src >= c->n) break; /* not reached: as many live rows above new_n as holes below */
+        int r = 1; /* a run: holes h.. and live sources src.. both consecutive */
+        while (h + r < new_n && src + r < c->n && dead(c, h + r, lo, hi) && !dead(c, src + r, lo, hi)) r++;
+        runs += copy_rows(b, h, b, src, r);
+        h += r - 1;
+        src += r;
+        moved += r;
     }
     if (moved) count(c, 0, (uint64_t)moved * row_bytes(c->row, c->buf ? c->buf->dtype : c->dtype), 0, 0);
+    count_row_writes(c, runs);
 }
 
 int kv_append(kv_cache *c, const float *k, const float *v, const int32_t *pos, int T) {
@@ -530,15 +551,19 @@ int kv_append(kv_cache *c, const float *k, const float *v, const int32_t *pos, i
     int copied = c->ready_copied;
     c->ready_T = 0;
     int32_t lo = drop_below(c, pos[0]);
-    int nd = count_dead(c, lo, INT32_MAX), n0 = c->n, i = 0;
+    int nd = count_dead(c, lo, INT32_MAX), n0 = c->n, i = 0, runs = 0;
     /* new rows go into dropped slots first (which slot is irrelevant: attention
      * masks by position), then past the end */
     for (int s = c->keep; s < n0 && i < T && nd > 0; s++)
         if (dead(c, s, lo, INT32_MAX)) {
-            put_rows(c->buf, s, k + (long)i * c->row, v + (long)i * c->row, pos + i, 1);
-            i++;
+            int r = 1; /* consecutive dead slots take consecutive rows in one write */
+            while (i + r < T && s + r < n0 && dead(c, s + r, lo, INT32_MAX)) r++;
+            runs += put_rows(c->buf, s, k + (long)i * c->row, v + (long)i * c->row, pos + i, r);
+            i += r;
+            s += r - 1;
         }
-    if (i < T) put_rows(c->buf, n0, k + (long)i * c->row, v + (long)i * c->row, pos + i, T - i);
+    if (i < T) runs += put_rows(c->buf, n0, k + (long)i * c->row, v + (long)i * c->row, pos + i, T - i);
+    count_row_writes(c, runs);
     int new_n = n0 + T - nd;
     if (nd > T) compact(c, lo, INT32_MAX, new_n); /* more rows dropped than written: close the holes */
     c->n = new_n;

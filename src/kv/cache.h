@@ -52,6 +52,8 @@ typedef struct {
     uint64_t cow_copies;     /* buffer copies (sharing or the copying path) */
     uint64_t allocs;         /* buffers created plus commit steps or pool blocks taken (memory acquired) */
     uint64_t cow_blocks;     /* pool blocks copied because a write touched a block another table holds */
+    uint64_t row_writes;     /* appends' and compactions' row writes and moves, one per run of slots in a block
+                              * (on a device, one launch each) */
 } kv_stats;
 
 /* A row buffer shared by reference: a block table. Slot s lives in block
