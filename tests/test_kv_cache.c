@@ -184,6 +184,24 @@ static void rotating_writes_in_runs(void) {
           (unsigned long long)(sd.row_writes - w0));
     CHECK(sd.copied_bytes - b0 == 7 * ROW_BYTES, "moved %llu bytes", (unsigned long long)(sd.copied_bytes - b0));
     kv_free(d);
+    /* the same across 64-row blocks: a run splits where a block ends, nowhere else */
+    const int W2 = 100, P2 = 300;
+    kv_stats s2 = {0};
+    kv_cache *e = kv_rotating_new(NKV, HD, W2, 0, 1000, P2);
+    e->stats = &s2;
+    e->inplace = 1;
+    CHECK(append(e, 0, P2) == 0 && view_problems(e, 0, P2 - 1, 0) == 0, "prefill of %d rows", P2);
+    w0 = s2.row_writes;
+    for (int32_t p = P2; p < P2 + 150; p++) {
+        CHECK(append(e, p, 1) == 0, "decode at %d: %s", p, err_msg());
+        CHECK(view_problems(e, p - (W2 - 1), p, 0) == 0 && e->n == W2, "decode at %d: n %d", p, e->n);
+    }
+    /* first step: one write, then 99 rows moved from slots 201..299 into 1..99: runs
+     * split at slots 64 and 256 (blocks of both ranges), so at most 4 copies; then one
+     * write a step */
+    CHECK(s2.row_writes - w0 <= 1 + 4 + 149, "%llu writes over 150 decode steps after a %d-row prompt",
+          (unsigned long long)(s2.row_writes - w0), P2);
+    kv_free(e);
 }
 
 static void rotating_keep(void) {
