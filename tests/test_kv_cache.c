@@ -183,6 +183,9 @@ static void rotating_writes_in_runs(void) {
     CHECK(sd.row_writes - w0 == 2, "decode after a long prefill took %llu writes (the row, one move)",
           (unsigned long long)(sd.row_writes - w0));
     CHECK(sd.copied_bytes - b0 == 7 * ROW_BYTES, "moved %llu bytes", (unsigned long long)(sd.copied_bytes - b0));
+    kv_stats sum = {0};
+    kv_stats_add(&sum, &sd); /* how a session's counters are totalled */
+    CHECK(sum.row_writes == sd.row_writes && sum.copied_bytes == sd.copied_bytes, "kv_stats_add dropped row_writes");
     kv_free(d);
     /* the same across 64-row blocks: a run splits where a block ends, nowhere else */
     const int W2 = 100, P2 = 300;

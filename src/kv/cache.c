@@ -66,6 +66,7 @@ void kv_stats_add(kv_stats *into, const kv_stats *d) {
     into->cow_copies += d->cow_copies;
     into->allocs += d->allocs;
     into->cow_blocks += d->cow_blocks;
+    into->row_writes += d->row_writes;
 }
 
 void kv_test_ignore_sharing(int on) { atomic_store(&g_ignore_sharing, on); }

@@ -258,7 +258,7 @@ static int commit(kv_pclass *c, int32_t id) {
 #ifdef MADV_POPULATE_WRITE
     /* The block's rows are written within its next 64 tokens anyway; faulting its
      * pages in here, in one call, replaces a fault per 4 KiB page in the middle of a
-     * forward (CPU pp512 +3-12%, 8 prompts at once +8-15%: docs/benchmarks/cpu-core.md).
+     * forward (CPU prefill +3-25%, decode unchanged: docs/benchmarks/cpu-core.md).
      * A kernel without it (before Linux 5.14) says EINVAL and the pages fault as before. */
     (void)madvise((char *)c->k + k0, k1 - k0, MADV_POPULATE_WRITE);
     (void)madvise((char *)c->v + k0, k1 - k0, MADV_POPULATE_WRITE);

@@ -58,7 +58,6 @@ __device__ __forceinline__ void attn_warps_out(const float *sm, const float *sl,
     }
 }
 
-
 /* Warp `warp` of W walks the keys j0 + warp, j0 + warp + W, ... below j1 (the order
  * both kernels accumulate in) and calls use(k, v) with each live key's K and V rows
  * (PL channels per lane, lane + 32 i), in that order. Live: stored position at most
@@ -66,8 +65,8 @@ __device__ __forceinline__ void attn_warps_out(const float *sm, const float *sl,
  * rows can only load after its table entry and its position have, three dependent
  * memory reads per key, and a decode step's grid is small (8 rows of llama3-8b: 64
  * blocks), so those latencies were the kernel's time. Here the 32 lanes look up 32
- * keys' pool rows and positions at once, and the live keys' rows load AT_INFLIGHT
- * keys at a time (fewer for wide heads, to stay in registers). Every lane of the
+ * keys' pool rows and positions at once, and the live keys' rows load NK keys
+ * at a time (4; 2 or 1 for wide heads, to stay in registers). Every lane of the
  * warp calls it (ballots and shuffles). */
 template <int W, int PL, typename KT, typename Use>
 __device__ __forceinline__ void attn_walk(const KT *__restrict__ K, const KT *__restrict__ V, long stride, long off,
