@@ -1,7 +1,9 @@
 /* tests/test_cpu_ops_split.c: the CPU's element-wise ops (rmsnorm, add+rmsnorm, RoPE,
  * gated activations) split over the pool by rows (backend/cpu/cpu.c, spans): on shapes
  * large enough to be split, 3 threads give the bits of 1 thread, and rmsnorm matches
- * the definition computed here (the model fixtures are too small to be split). */
+ * the definition computed here (the model fixtures are too small to be split). Also
+ * the row-strided GLU and split_cols (a fused product's rows) against their
+ * definitions. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +34,7 @@ static void run_ops(backend *b, const float *x, const float *d, const float *w, 
     b->ops->rope(b, o, T, HEADS, HD, pos, r);
     o += n;
     memcpy(o, x, sizeof(float) * n);
-    b->ops->glu(b, o, d, n, 0);
+    b->ops->glu(b, o, N, d, N, o, T, N, 0);
 }
 
 static void split_same_bits(void) {
@@ -68,7 +70,68 @@ static void split_same_bits(void) {
     free(x), free(d), free(w), free(a), free(c);
 }
 
+static double glu_ref(double g, double u, int act) {
+    if (act == 0) return g / (1 + exp(-g)) * u;
+    return 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+}
+
+/* glu over fused gate|up rows [T, 2 n] and over one layer's slice of wider rows, on
+ * 1 and 3 threads; split_cols of q|k|v rows */
+static void strided_glu_and_split(void) {
+    enum { R = 37, W = 700, L = 3 };
+    float *gu = malloc(sizeof(float) * R * 2 * W), *wide = malloc(sizeof(float) * R * L * W);
+    float *y1 = malloc(sizeof(float) * R * W), *y3 = malloc(sizeof(float) * R * W);
+    for (long i = 0; i < (long)R * 2 * W; i++) gu[i] = 4 * rnd();
+    for (long i = 0; i < (long)R * L * W; i++) wide[i] = rnd();
+    backend *b1 = backend_cpu_new(1, 64), *b3 = backend_cpu_new(3, 64);
+    CHECK(b1 && b3, "backends");
+    for (int act = 0; b1 && b3 && act < 2; act++) {
+        b1->ops->glu(b1, gu, 2 * W, gu + W, 2 * W, y1, R, W, act);
+        b3->ops->glu(b3, gu, 2 * W, gu + W, 2 * W, y3, R, W, act);
+        CHECK(memcmp(y1, y3, sizeof(float) * R * W) == 0, "fused glu act %d: 3 threads differ from 1", act);
+        double worst = 0;
+        for (int t = 0; t < R; t++)
+            for (int j = 0; j < W; j++) {
+                const double r = glu_ref(gu[(long)t * 2 * W + j], gu[(long)t * 2 * W + W + j], act);
+                worst = fmax(worst, fabs(y3[(long)t * W + j] - r) / (1 + fabs(r)));
+            }
+        CHECK(worst < 1e-5, "fused glu act %d: max err %g", act, worst);
+        /* gate [R, W] in place against layer 1's slice of rows [R, L, W] */
+        memcpy(y3, gu, sizeof(float) * R * W);
+        b3->ops->glu(b3, y3, W, wide + W, (long)L * W, y3, R, W, act);
+        worst = 0;
+        for (int t = 0; t < R; t++)
+            for (int j = 0; j < W; j++) {
+                const double r = glu_ref(gu[(long)t * W + j], wide[((long)t * L + 1) * W + j], act);
+                worst = fmax(worst, fabs(y3[(long)t * W + j] - r) / (1 + fabs(r)));
+            }
+        CHECK(worst < 1e-5, "sliced glu act %d: max err %g", act, worst);
+    }
+    /* split_cols: rows of [5, 3, 2] columns, and of [4, 2] */
+    float x[R * 10], a[R * 5], c[R * 3], d[R * 2];
+    for (int i = 0; i < R * 10; i++) x[i] = (float)i;
+    if (b1) {
+        b1->ops->split_cols(b1, x, R, 5, 3, 2, a, c, d);
+        int bad = 0;
+        for (int t = 0; t < R; t++) {
+            for (int j = 0; j < 5; j++) bad += a[t * 5 + j] != x[t * 10 + j];
+            for (int j = 0; j < 3; j++) bad += c[t * 3 + j] != x[t * 10 + 5 + j];
+            for (int j = 0; j < 2; j++) bad += d[t * 2 + j] != x[t * 10 + 8 + j];
+        }
+        b1->ops->split_cols(b1, x, R, 4, 2, 0, a, c, NULL);
+        for (int t = 0; t < R; t++) {
+            for (int j = 0; j < 4; j++) bad += a[t * 4 + j] != x[t * 6 + j];
+            for (int j = 0; j < 2; j++) bad += c[t * 2 + j] != x[t * 6 + 4 + j];
+        }
+        CHECK(bad == 0, "split_cols: %d values misplaced", bad);
+    }
+    backend_free(b1);
+    backend_free(b3);
+    free(gu), free(wide), free(y1), free(y3);
+}
+
 int main(void) {
     RUN(split_same_bits);
+    RUN(strided_glu_and_split);
     return harness_done();
 }

@@ -75,8 +75,19 @@
     A(V, const float *, q) A(V, const int32_t *, qpos) A(V, int, n) A(V, const attn_kv *, kvs) A(V, int, max_keys) \
     A(V, int, dtype) A(S, attn_params, p) A(V, float *, out)
 
-/* g [n] <- silu(g) * u  (act 0) or gelu_tanh(g) * u (act 1) */
-#define OP_ARGS_glu(A) A(V, float *, g) A(V, const float *, u) A(V, long, n) A(V, int, act)
+/* y [T, n] <- silu(g) * u (act 0) or gelu_tanh(g) * u (act 1), where row t of g
+ * starts at g + t ldg and of u at u + t ldu (ldg, ldu >= n): the halves of a fused
+ * gate|up product's rows (ldg = ldu = 2n), or a gate against one layer's slice of
+ * wider rows. y may be g when ldg == n. */
+#define OP_ARGS_glu(A) \
+    A(V, const float *, g) A(V, long, ldg) A(V, const float *, u) A(V, long, ldu) A(V, float *, y) A(V, int, T) \
+    A(V, long, n) A(V, int, act)
+
+/* x [T, n0 + n1 + n2] (a fused q|k|v product's rows) -> y0 [T, n0], y1 [T, n1] and
+ * y2 [T, n2] (n2 may be 0 with y2 NULL); no y may overlap x. */
+#define OP_ARGS_split_cols(A) \
+    A(V, const float *, x) A(V, int, T) A(V, long, n0) A(V, long, n1) A(V, long, n2) A(V, float *, y0) \
+    A(V, float *, y1) A(V, float *, y2)
 
 /* x [n] *= s */
 #define OP_ARGS_scale(A) A(V, float *, x) A(V, long, n) A(V, float, s)
@@ -140,6 +151,7 @@
     X(attention, CUSTOM)    \
     X(attention_batch, CUSTOM) \
     X(glu, KERNEL)          \
+    X(split_cols, KERNEL)   \
     X(scale, KERNEL)        \
     X(softcap, KERNEL)      \
     X(moe_route, HOST)      \

@@ -24,6 +24,16 @@ static model_scratch *scratch_one(const model *m, int max_T) {
         if (p->moe.top_k > K) K = p->moe.top_k;
         if (p->moe.inter > Im) Im = p->moe.inter;
     }
+    /* fused q|k|v and gate|up (device backends, model/upload.c) take [T, qd + 2 kd]
+     * and [T, 2I]; the separate up product's buffer is needed only by a layer
+     * without its fused weight */
+    int any_qkv = 0, any_gu = 0, sep_up = 0;
+    for (int l = 0; m->lw && l < c->n_layers; l++) {
+        const layer_weights *w = &m->lw[l];
+        any_qkv |= w->wqkv.data != NULL;
+        any_gu |= w->wgu.data != NULL;
+        sep_up |= m->plan[l].inter > 0 && !w->wgu.data;
+    }
     long LP = (long)c->n_layers * c->ple_dim;
     model_scratch *s = mem_calloc(1, sizeof *s, "scratch");
     if (!s) return NULL;
@@ -43,14 +53,15 @@ static model_scratch *scratch_one(const model *m, int max_T) {
     if (!ALLOC(s->x, T * H * f, "activations") || !ALLOC(s->xn, T * H * f, "activations") ||
         !ALLOC(s->q, T * (size_t)qd * f, "activations") || !ALLOC(s->k, T * (size_t)kd * f, "activations") ||
         !ALLOC(s->v, T * (size_t)kd * f, "activations") || !ALLOC(s->att, T * (size_t)qd * f, "activations") ||
-        !ALLOC(s->gate, T * (size_t)I * f, "activations") || !ALLOC(s->up, T * (size_t)I * f, "activations") ||
+        !ALLOC(s->gate, T * (size_t)I * f, "activations") || !ALLOC(s->up, sep_up ? T * (size_t)I * f : 0, "activations") ||
         !ALLOC(s->ffn, E ? T * H * f : 0, "activations") || !ALLOC(s->xn2, E ? T * H * f : 0, "activations") ||
         !ALLOC(s->router, T * (size_t)E * f, "router") || !ALLOC(s->sel, T * (size_t)K * sizeof(int32_t), "router") ||
         !ALLOC(s->selw, T * (size_t)K * f, "router") ||
         !ALLOC(s->moe_work, E ? (size_t)MOE_WORK(T, H, Im) * f : 0, "expert work") ||
         !ALLOC(s->ple, T * (size_t)LP * f, "per-layer inputs") || !ALLOC(s->ple_tok, T * (size_t)LP * f, "per-layer inputs") ||
         !ALLOC(s->pg, T * (size_t)c->ple_dim * f, "per-layer inputs") ||
-        !ALLOC(s->qkv, (size_t)(qd + 2 * kd) * f, "activations") || !ALLOC(s->gu, 2 * (size_t)I * f, "activations") ||
+        !ALLOC(s->qkv, any_qkv ? T * (size_t)(qd + 2 * kd) * f : 0, "activations") ||
+        !ALLOC(s->gu, any_gu ? T * 2 * (size_t)I * f : 0, "activations") ||
         /* tensor parallelism: each rank's share of the logits, gathered into the
          * whole logits on the process's first rank only */
         !ALLOC_LAZY(s->logits, m->tp && !m->tps ? 0 : T * (size_t)c->vocab * f, "logits") ||
@@ -151,10 +162,14 @@ static int attention_block(model *m, const fwd_seq *seqs, int n_seqs, model_scra
     } else {
         settle(m, s, T);
     }
-    /* a decode step with fused weights computes q|k|v as one row of one product */
-    const int fused = T == 1 && w->wqkv.data;
-    float *q = fused ? s->qkv : s->q, *k = fused ? s->qkv + qd : s->k, *v = fused ? s->qkv + qd + kd : s->v;
-    op->matmul(b, fused ? &w->wqkv : &w->wq, h, q, T);
+    /* with fused weights q|k|v is one product (one large product reads the weights
+     * faster than three: a batch's 1024-row k and v products fill a fraction of the
+     * GPU); one row is used where it lies, more are split into q, k and v */
+    const int fused = w->wqkv.data != NULL;
+    float *q = s->q, *k = s->k, *v = s->v;
+    if (fused && T == 1) q = s->qkv, k = s->qkv + qd, v = s->qkv + qd + kd;
+    op->matmul(b, fused ? &w->wqkv : &w->wq, h, fused ? s->qkv : q, T);
+    if (fused && T > 1) op->split_cols(b, s->qkv, T, qd, kd, kd, q, k, v);
     add_bias(b, q, w->bq, T, qd);
 
     int src = l;
@@ -267,17 +282,16 @@ static void ffn_block(model *m, model_scratch *s, int l, int T) {
     }
     float *f = s->xn;
     if (p->inter > 0) {
-        float *g = s->gate, *u = s->up;
-        if (T == 1 && w->wgu.data) { /* decode with fused weights: gate|up as one row */
-            g = s->gu;
-            u = s->gu + p->inter;
-            op->matmul(b, &w->wgu, h, g, 1);
+        const long I = p->inter;
+        if (w->wgu.data) { /* fused weights: gate|up as one product, rows [T, 2I] */
+            op->matmul(b, &w->wgu, h, s->gu, T);
+            op->glu(b, s->gu, 2 * I, s->gu + I, 2 * I, s->gate, T, I, (int)c->act);
         } else {
-            op->matmul(b, &w->gate, h, g, T);
-            op->matmul(b, &w->up, h, u, T);
+            op->matmul(b, &w->gate, h, s->gate, T);
+            op->matmul(b, &w->up, h, s->up, T);
+            op->glu(b, s->gate, I, s->up, I, s->gate, T, I, (int)c->act);
         }
-        op->glu(b, g, u, (long)T * p->inter, (int)c->act);
-        op->matmul(b, &w->down, g, s->xn, T);
+        op->matmul(b, &w->down, s->gate, s->xn, T);
         if (p->tp_mlp) op->all_reduce(b, s->xn, (long)T * H); /* row-parallel down_proj: partial sums */
     }
     if (p->moe.n_experts > 0) {
@@ -309,7 +323,7 @@ static void per_layer_input_block(model *m, model_scratch *s, int l, int T) {
     const long P = c->ple_dim, L = c->n_layers;
     settle(m, s, T);
     op->matmul(b, &w->ple_gate, s->x, s->pg, T);
-    for (int t = 0; t < T; t++) op->glu(b, s->pg + t * P, s->ple + ((long)t * L + l) * P, P, (int)c->act);
+    op->glu(b, s->pg, P, s->ple + l * P, L * P, s->pg, T, P, (int)c->act);
     op->matmul(b, &w->ple_proj, s->pg, s->xn, T);
     owe(s, s->xn, w->ple_post_norm);
 }

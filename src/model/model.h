@@ -119,8 +119,8 @@ typedef struct {
     float *moe_pre_norm, *mlp_post_norm1, *moe_post_norm; /* [H] Gemma 4 MoE branch norms */
     weight ple_gate, ple_proj;      /* [P, H], [H, P] per-layer input gate and projection */
     weight wqkv, wgu;               /* device backends: [qd + 2 kd, H] and [2I, H], the rows of wq|wk|wv
-                                     * and gate|up as one product (model/upload.c), used for decode
-                                     * steps; the parts are views of them. data NULL otherwise */
+                                     * and gate|up as one product (model/upload.c), used for every
+                                     * product; the parts are views of them. data NULL otherwise */
     float *ple_post_norm;           /* [H] */
     float layer_scalar;             /* 1 when the plan has none */
 } layer_weights;

@@ -254,7 +254,7 @@ static void ops(void) {
     /* glu: silu and gelu_tanh */
     for (int act = 0; act < 2; act++) {
         CK(cudaMemcpy(dy, x, T * n * 4, cudaMemcpyHostToDevice));
-        CHECK(cuk_glu(dy, dx, (long)T * n, act, NULL) == 0, "glu");
+        CHECK(cuk_glu(dy, n, dx, n, dy, T, n, act, NULL) == 0, "glu");
         CK(cudaMemcpy(y, dy, T * n * 4, cudaMemcpyDeviceToHost));
         double worst = 0;
         for (int i = 0; i < T * n; i++) {
@@ -266,7 +266,7 @@ static void ops(void) {
         uint16_t *dgb, *gb = malloc((size_t)T * n * 2);
         CK(cudaMalloc((void **)&dgb, (size_t)T * n * 2));
         CK(cudaMemcpy(dy, x, T * n * 4, cudaMemcpyHostToDevice));
-        CHECK(cuk_glu_bf16(dy, dx, (long)T * n, act, dgb, NULL) == 0, "glu_bf16");
+        CHECK(cuk_glu_bf16(dy, n, dx, n, dy, T, n, act, dgb, NULL) == 0, "glu_bf16");
         CK(cudaMemcpy(gb, dgb, (size_t)T * n * 2, cudaMemcpyDeviceToHost));
         float *y2 = malloc(T * n * 4);
         CK(cudaMemcpy(y2, dy, T * n * 4, cudaMemcpyDeviceToHost));
@@ -274,6 +274,46 @@ static void ops(void) {
         for (int i = 0; i < T * n; i++) bad += y2[i] != y[i] || gb[i] != f32_to_bf16(y[i]);
         CHECK(bad == 0, "glu_bf16 act %d: %ld values differ from glu and its bf16 rounding", act, bad);
         free(y2); free(gb); cudaFree(dgb);
+    }
+    /* glu over a fused gate|up product's rows [T, 2n] into y [T, n]; split_cols of
+     * q|k|v rows [T, n + n/2 + n/2] (and a width off the float4 path) */
+    {
+        float *gu = malloc((size_t)T * 2 * n * 4), *yf = malloc((size_t)T * n * 4);
+        for (int i = 0; i < T * 2 * n; i++) gu[i] = 3 * frand();
+        float *dgu = dup_dev(gu, (size_t)T * 2 * n * 4);
+        for (int act = 0; act < 2; act++) {
+            CHECK(cuk_glu(dgu, 2L * n, dgu + n, 2L * n, dy, T, n, act, NULL) == 0, "fused glu");
+            CK(cudaMemcpy(yf, dy, (size_t)T * n * 4, cudaMemcpyDeviceToHost));
+            double worst = 0;
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < n; i++) {
+                    const double v = gu[(long)t * 2 * n + i], u = gu[(long)t * 2 * n + n + i];
+                    const double a = act == 0 ? v / (1 + exp(-v)) : 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+                    worst = fmax(worst, fabs(yf[(long)t * n + i] - a * u) / (1 + fabs(a * u)));
+                }
+            CHECK(worst < 1e-5, "fused glu act %d: max error %g", act, worst);
+        }
+        for (int odd = 0; odd < 2; odd++) {
+            const long n0 = n - odd, n1 = n / 2 + odd, n2 = n / 2, nn = n0 + n1 + n2;
+            float *d0, *d1, *d2;
+            CK(cudaMalloc((void **)&d0, (size_t)T * n0 * 4));
+            CK(cudaMalloc((void **)&d1, (size_t)T * n1 * 4));
+            CK(cudaMalloc((void **)&d2, (size_t)T * n2 * 4));
+            CHECK(cuk_split_cols(dgu, T, n0, n1, n2, d0, d1, d2, NULL) == 0, "split_cols");
+            float *h = malloc((size_t)T * nn * 4);
+            CK(cudaMemcpy(h, d0, (size_t)T * n0 * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(h + (long)T * n0, d1, (size_t)T * n1 * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(h + (long)T * (n0 + n1), d2, (size_t)T * n2 * 4, cudaMemcpyDeviceToHost));
+            long bad = 0;
+            for (int t = 0; t < T; t++) {
+                for (long j = 0; j < n0; j++) bad += h[t * n0 + j] != gu[t * nn + j];
+                for (long j = 0; j < n1; j++) bad += h[(long)T * n0 + t * n1 + j] != gu[t * nn + n0 + j];
+                for (long j = 0; j < n2; j++) bad += h[(long)T * (n0 + n1) + t * n2 + j] != gu[t * nn + n0 + n1 + j];
+            }
+            CHECK(bad == 0, "split_cols (widths %ld %ld %ld): %ld values misplaced", n0, n1, n2, bad);
+            free(h); cudaFree(d0); cudaFree(d1); cudaFree(d2);
+        }
+        free(gu); free(yf); cudaFree(dgu);
     }
     /* add_rmsnorm's bf16 variant: x and y as add_rmsnorm, ybf = bf16(y) bit for bit */
     {

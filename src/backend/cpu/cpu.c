@@ -142,29 +142,46 @@ void cpu_qk_norm_rope(backend *b, float *q, float *k, int T, int n_heads, int n_
 }
 
 typedef struct {
-    float *g;
-    const float *u;
+    const float *g, *u;
+    float *y;
+    long ldg, ldu, n;
     int act;
 } glu_args;
 
+/* elements [lo, hi) of y [T, n], a row's run at a time */
 static void glu_span(const void *args, long lo, long hi) {
     const glu_args *a = args;
-    float *g = a->g;
-    const float *u = a->u;
-    if (a->act == 0) {
-        for (long i = lo; i < hi; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    } else {
-        const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-        for (long i = lo; i < hi; i++) {
-            float v = g[i];
-            g[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v))) * u[i];
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (long i = lo; i < hi;) {
+        const long t = i / a->n, j0 = i - t * a->n, j1 = hi - i < a->n - j0 ? j0 + (hi - i) : a->n;
+        const float *g = a->g + t * a->ldg, *u = a->u + t * a->ldu;
+        float *y = a->y + t * a->n;
+        if (a->act == 0) {
+            for (long j = j0; j < j1; j++) y[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+        } else {
+            for (long j = j0; j < j1; j++) {
+                const float v = g[j];
+                y[j] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v))) * u[j];
+            }
         }
+        i += j1 - j0;
     }
 }
 
-void cpu_glu(backend *b, float *g, const float *u, long n, int act) {
-    glu_args a = {g, u, act};
-    spans(b, n, 16, 64, glu_span, &a);
+void cpu_glu(backend *b, const float *g, long ldg, const float *u, long ldu, float *y, int T, long n, int act) {
+    glu_args a = {g, u, y, ldg, ldu, n, act};
+    spans(b, (long)T * n, 16, 64, glu_span, &a);
+}
+
+void cpu_split_cols(backend *b, const float *x, int T, long n0, long n1, long n2, float *y0, float *y1, float *y2) {
+    (void)b;
+    const long n = n0 + n1 + n2;
+    for (long t = 0; t < T; t++) {
+        const float *r = x + t * n;
+        memcpy(y0 + t * n0, r, (size_t)n0 * sizeof(float));
+        memcpy(y1 + t * n1, r + n0, (size_t)n1 * sizeof(float));
+        if (n2) memcpy(y2 + t * n2, r + n0 + n1, (size_t)n2 * sizeof(float));
+    }
 }
 
 void cpu_scale(backend *b, float *x, long n, float s) {

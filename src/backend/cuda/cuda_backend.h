@@ -110,7 +110,6 @@ typedef struct {
     const float *xbf_src;
     long xbf_n;
     unsigned long op_seq, xbf_seq;
-    int mm_rows; /* the rows of the last product run (the GLU after gate and up knows none) */
     /* CELER_PROFILE=1: every op timed alone (no graphs), GPU time summed per kind */
     int profile;
     cudaEvent_t prof_ev[2];

@@ -81,11 +81,12 @@ int cuk_qgemm_wanted(const weight *w, int fast);
 int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint16_t *xbf, int fast, cuk_stream s);
 /* dst [n] = bf16(src [n]) */
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);
-/* add_rmsnorm and glu that also write bf16(y) / bf16(g) to ybf / gbf [T * n] / [n] when not
+/* add_rmsnorm and glu that also write bf16(y) to ybf [T * n] when not
  * NULL: the fast precision's next product then reads them without a conversion pass. */
 int cuk_add_rmsnorm_bf16(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n, float eps,
                          int plus_one, uint16_t *ybf, cuk_stream s);
-int cuk_glu_bf16(float *g, const float *u, long n, int act, uint16_t *gbf, cuk_stream s);
+int cuk_glu_bf16(const float *g, long ldg, const float *u, long ldu, float *y, int T, long n, int act, uint16_t *ybf,
+                 cuk_stream s);
 /* The launcher of every KERNEL op of backend/ops_list.h (contracts there):
  * cuk_<op>(its arguments, stream), S arguments as pointers read on the host at
  * launch (rope_table: inv_freq on the device). qk_norm_rope needs head_dim <= 512. */

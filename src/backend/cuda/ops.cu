@@ -183,27 +183,68 @@ extern "C" int cuk_rope(float *x, int T, int n_heads, int head_dim, const int32_
     return cuk_check("rope");
 }
 
-__global__ void kernel_glu(float *g, const float *u, long n, int act, uint16_t *__restrict__ gbf) {
+/* blockIdx.x: 256 columns of a row, blockIdx.y (strided): the rows */
+__global__ void kernel_glu(const float *g, long ldg, const float *u, long ldu, float *y, int T, long n, int act,
+                           uint16_t *__restrict__ ybf) {
     cuk_pdl_start();
-    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const float v = g[i];
-    float r;
-    if (act == 0) {
-        r = v / (1.f + expf(-v)) * u[i];
-    } else {
-        const float k = 0.7978845608028654f;
-        r = 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v))) * u[i];
+    const long j = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    for (long t = blockIdx.y; t < T; t += gridDim.y) {
+        const float v = g[t * ldg + j], w = u[t * ldu + j];
+        float r;
+        if (act == 0) {
+            r = v / (1.f + expf(-v)) * w;
+        } else {
+            const float k = 0.7978845608028654f;
+            r = 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v))) * w;
+        }
+        y[t * n + j] = r;
+        if (ybf) ybf[t * n + j] = f2bf16(r);
     }
-    g[i] = r;
-    if (gbf) gbf[i] = f2bf16(r);
 }
 
-extern "C" int cuk_glu(float *g, const float *u, long n, int act, cuk_stream s) { return cuk_glu_bf16(g, u, n, act, NULL, s); }
+extern "C" int cuk_glu(const float *g, long ldg, const float *u, long ldu, float *y, int T, long n, int act, cuk_stream s) {
+    return cuk_glu_bf16(g, ldg, u, ldu, y, T, n, act, NULL, s);
+}
 
-extern "C" int cuk_glu_bf16(float *g, const float *u, long n, int act, uint16_t *gbf, cuk_stream s) {
-    cuk_launch(kernel_glu, blocks_for(n, 256), 256, 0, (cudaStream_t)s, g, u, n, act, gbf);
+extern "C" int cuk_glu_bf16(const float *g, long ldg, const float *u, long ldu, float *y, int T, long n, int act,
+                            uint16_t *ybf, cuk_stream s) {
+    if (T <= 0 || n <= 0) return 0;
+    const dim3 grid((unsigned)blocks_for(n, 256), (unsigned)(T < 65535 ? T : 65535));
+    cuk_launch(kernel_glu, grid, 256, 0, (cudaStream_t)s, g, ldg, u, ldu, y, T, n, act, ybf);
     return cuk_check("glu");
+}
+
+/* one block per (row, 1024 columns): float4 copies where widths and addresses allow */
+__global__ void kernel_split_cols(const float *__restrict__ x, int T, long n0, long n1, long n2, float *__restrict__ y0,
+                                  float *__restrict__ y1, float *__restrict__ y2, bool vec) {
+    cuk_pdl_start();
+    const long n = n0 + n1 + n2;
+    for (long t = blockIdx.y; t < T; t += gridDim.y) {
+        const float *r = x + t * n;
+        if (vec) {
+            for (long j = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4; j < n; j += (long)gridDim.x * blockDim.x * 4) {
+                const float4 v = *(const float4 *)(r + j);
+                float *d = j < n0 ? y0 + t * n0 + j : j < n0 + n1 ? y1 + t * n1 + (j - n0) : y2 + t * n2 + (j - n0 - n1);
+                *(float4 *)d = v;
+            }
+        } else {
+            for (long j = (long)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (long)gridDim.x * blockDim.x) {
+                float *d = j < n0 ? y0 + t * n0 + j : j < n0 + n1 ? y1 + t * n1 + (j - n0) : y2 + t * n2 + (j - n0 - n1);
+                *d = r[j];
+            }
+        }
+    }
+}
+
+extern "C" int cuk_split_cols(const float *x, int T, long n0, long n1, long n2, float *y0, float *y1, float *y2,
+                              cuk_stream s) {
+    const long n = n0 + n1 + n2;
+    if (T <= 0 || n <= 0) return 0;
+    const bool vec = ((n0 | n1 | n2) & 3) == 0 && (((uintptr_t)x | (uintptr_t)y0 | (uintptr_t)y1 | (uintptr_t)y2) & 15) == 0;
+    const dim3 grid((unsigned)blocks_for(vec ? n / 4 : n, 256), (unsigned)(T < 65535 ? T : 65535));
+    cuk_launch(kernel_split_cols, grid, 256, 0, (cudaStream_t)s, x, T, n0, n1, n2, y0, y1, y2, vec);
+    return cuk_check("split_cols");
 }
 
 __global__ void kernel_add(float *y, const float *x, long n) {

@@ -175,11 +175,10 @@ static int stage_ahead(cuda_backend *c, const step_op *e, cudaStream_t st) {
         RUN(cuk_add_rmsnorm_bf16(a->x, a->d, a->dw, a->w, a->y, a->T, a->n, a->eps, a->plus_one, c->xbf.p, st));
     } else if (e->op == SOP_glu) {
         const op_glu_args *a = &e->u.glu;
-        y = a->g;
-        n = a->n;
-        /* the GLU knows no rows: the gate and up products before it do */
-        if ((n <= STAGE_MIN_ROWS * 65536L && !skinny_rows(c->mm_rows)) || (size_t)n * 2 > c->xbf.cap) return 0;
-        RUN(cuk_glu_bf16(a->g, a->u, a->n, a->act, c->xbf.p, st));
+        y = a->y;
+        n = (long)a->T * a->n;
+        if ((a->T <= STAGE_MIN_ROWS && !skinny_rows(a->T)) || (size_t)n * 2 > c->xbf.cap) return 0;
+        RUN(cuk_glu_bf16(a->g, a->ldg, a->u, a->ldu, a->y, a->T, a->n, a->act, c->xbf.p, st));
     } else {
         return 0;
     }
@@ -209,7 +208,6 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
         const weight *w = &e->u.matmul.w;
         const int T = e->u.matmul.T;
         const int sk = skinny_ok(w, T);
-        c->mm_rows = T;
         if (!sk && gemm_ok(w, T)) {
             RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
         } else if (!sk && cuk_qgemm_wanted(w, c->self->fast)) {
