@@ -31,6 +31,12 @@ if [[ "$out" =~ ^[0-9]+,[0-9]+,[0-9]+,[0-9]+$ ]]; then ok "generate output form"
 "$C" logits -m "$M" --tokens 5,6,7,8,9 -o "$T/a.safetensors" && "$C" logits -m "$M" --tokens 5,6,7,8,9 --chunk 2 -o "$T/b.safetensors"
 hdr=$(head -c 200 "$T/a.safetensors" | tr -d '\0' | grep -ao '"logits":{[^}]*}')
 if grep -q '"dtype":"F32"' <<<"$hdr" && grep -q '"shape":\[5,512\]' <<<"$hdr"; then ok "logits file form"; else bad "logits file form: $hdr"; fi
+# logits of a named shape's random weights (no checkpoint; on the CPU the sparse file's zeros)
+"$C" logits --synth tiny --tokens 1,2,3 -o "$T/s.safetensors" --device cpu
+hdr=$(head -c 200 "$T/s.safetensors" 2>/dev/null | tr -d '\0' | grep -ao '"logits":{[^}]*}')
+if grep -q '"shape":\[3,256\]' <<<"$hdr"; then ok "logits --synth"; else bad "logits --synth: $hdr"; fi
+expect "logits --synth with -m" 2 "give -m DIR or --synth NAME, not both" "$C" logits --synth tiny -m "$M" --tokens 1 -o "$T/x"
+expect "logits --synth unknown shape" 1 "unknown shape \"nope\"" "$C" logits --synth nope --tokens 1 -o "$T/x"
 printf '5 6\n7,8\n9\n' > "$T/toks"
 "$C" logits -m "$M" --tokens-file "$T/toks" -o "$T/c.safetensors"
 if cmp -s "$T/a.safetensors" "$T/c.safetensors"; then ok "tokens-file same as --tokens"; else bad "tokens-file differs"; fi

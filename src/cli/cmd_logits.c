@@ -21,18 +21,20 @@ static const opt_spec opts[] = {
     {"--load-cache", NULL, "FILE", "start from a KV cache file (the logits cover only the new tokens)"},
     {"--save-cache", NULL, "FILE", "write the KV cache after the tokens to FILE (celer cache reads it too)"},
     {"--ctx-size", "-c", "N", "context size (default: the tokens; with --load-cache the model's limit)"},
+    {"--synth", NULL, "NAME", "random weights of a named shape (celer synth --help lists them) made in GPU memory: no checkpoint is read"},
 };
 
 int cmd_logits(int argc, char **argv) {
-    args a = {"logits", "[-m DIR|ORG/NAME] (--tokens LIST | --tokens-file F) [--chunk N] -o OUT.safetensors",
-              "Runs the tokens through the model and writes logits [T, vocab] (float32).", opts, 10, {0}};
+    args a = {"logits", "[-m DIR|ORG/NAME | --synth NAME] (--tokens LIST | --tokens-file F) [--chunk N] -o OUT.safetensors",
+              "Runs the tokens through the model and writes logits [T, vocab] (float32).", opts, (int)(sizeof opts / sizeof opts[0]), {0}};
     int rc = args_parse(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     if (cli_device_flag(&a)) return 2;
     int mst; /* the exit status when there is no model */
-    char defbuf[PATH_MAX];
-    const char *dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst), *out = args_get(&a, "--output");
-    if (!dir) return mst;
+    char defbuf[PATH_MAX], synth_dir[PATH_MAX] = "";
+    const char *synth = args_get(&a, "--synth"), *out = args_get(&a, "--output"), *dir = synth_dir;
+    if (synth && args_get(&a, "--model")) { args_usage_error(&a, "give -m DIR or --synth NAME, not both"); return 2; }
+    if (!synth && !(dir = cli_model_arg(&a, defbuf, sizeof defbuf, &mst))) return mst;
     const char *tl = args_get(&a, "--tokens"), *tf = args_get(&a, "--tokens-file");
     const char *load = args_get(&a, "--load-cache"), *save = args_get(&a, "--save-cache");
     long chunk, threads, ctx;
@@ -44,7 +46,12 @@ int cmd_logits(int argc, char **argv) {
     int n = 0;
     int32_t *tok = tl ? parse_token_list(tl, &n, "--tokens") : read_token_file(tf, &n);
     if (!tok) return tl ? 2 : 1; /* a bad --tokens list is a usage error */
+    if (synth && cli_synth_dir("logits", synth, synth_dir, sizeof synth_dir)) {
+        free(tok);
+        return 1;
+    }
     celer_model *m = cli_model_open("logits", dir, (int)threads, 0);
+    if (synth_dir[0]) cli_synth_clean(synth_dir); /* the mapping outlives the names */
     if (!m) {
         cli_error("logits", "%s", celer_last_error());
         free(tok);
