@@ -78,7 +78,15 @@ static int fill_mode(const model *m) { return m->be->ops->fill_weight && setting
 static int up_weight(model *m, weight *w, int in_major, void *ctx) {
     int *transposed = ctx;
     if (w->on_device) return 0; /* fused, or a view of a fused weight */
-    if (fill_mode(m)) return m->be->ops->fill_weight(m->be, w, 0x5eed0000ull + (uint64_t)m->tp_rank * 7919u + (uint64_t)w->rows * 31u + (uint64_t)w->cols);
+    if (fill_mode(m)) {
+        if (in_major) { /* made directly in the [out, in] layout an upload transposes to */
+            const int64_t r = w->rows;
+            w->rows = w->cols;
+            w->cols = r;
+            *transposed = 1;
+        }
+        return m->be->ops->fill_weight(m->be, w, 0x5eed0000ull + (uint64_t)m->tp_rank * 7919u + (uint64_t)w->rows * 31u + (uint64_t)w->cols);
+    }
     int rc = m->be->ops->upload_weight(m->be, w, in_major);
     if (rc < 0) return -1;
     if (rc == 1) *transposed = 1;

@@ -392,6 +392,22 @@ void cuda_moe_route(backend *b, const float *logits, int T, int E, int k, int ki
 
 static const float *bias_of(const float *base, long off) { return base ? base + off : NULL; }
 
+/* The expert products below read each weight as [out, in]: input-major experts must
+ * have been transposed at upload (a swapped weight would read past its input into
+ * the output it writes). */
+static int experts_ok(const moe_experts *e) {
+    const long H = e->hidden, I = e->inter;
+    if (e->in_major) return err_set("cuda moe: input-major expert weights reached the GPU untransposed");
+    for (int ex = 0; ex < e->n_experts; ex++) {
+        const weight *a = e->layout == MOE_GU_SPLIT ? &e->gate[ex] : &e->gate_up[ex], *d = &e->down[ex];
+        const long want = e->layout == MOE_GU_SPLIT ? I : 2 * I;
+        if (a->rows != want || a->cols != H || d->rows != H || d->cols != I)
+            return err_set("cuda moe: expert %d is [%lld, %lld] and [%lld, %lld]; want [%ld, %ld] and [%ld, %ld]", ex,
+                           (long long)a->rows, (long long)a->cols, (long long)d->rows, (long long)d->cols, want, H, H, I);
+    }
+    return 0;
+}
+
 void cuda_moe(backend *b, const moe_experts *e, const float *x, const int32_t *sel, const float *w, int T, float *out,
                      float *work) {
     cuda_backend *c = cu(b);
@@ -400,6 +416,10 @@ void cuda_moe(backend *b, const moe_experts *e, const float *x, const int32_t *s
     const long H = e->hidden, I = e->inter;
     const int k = e->top_k;
     const size_t ns = (size_t)T * k;
+    if (experts_ok(e) != 0) {
+        cuda_fail(c);
+        return;
+    }
     /* host: which tokens each expert takes (grouped by expert, in token order) */
     char *h = host_stage(c, ns * 16 + (size_t)(e->n_experts + 1) * 4);
     if (!h) return;
