@@ -32,6 +32,7 @@
     X(CUK_SKINNY_MIN_T, INT, "5", "1..32: the fewest rows a bf16 GPU product runs with the tensor-core decode kernel")   \
     X(CUK_MV_ROWS, INT, "0", "1, 2 or 4: rows per warp of the GPU matvec kernels (0: measured default)")            \
     X(CUK_MV_INT8, FLAG, "0", "1: GPU quantized products round activations to int8 (dp4a kernels)")                \
+    X(CUK_MV_Q4TC, FLAG, "0", "1: with fast precision, GPU one-row 4-bit products (groups 64/128) run on the tensor cores (not yet measured)") \
     X(CELER_PRECISION, STR, NULL, "fast or exact (unset: fast on the GPU, exact on the CPU; docs/cpu-kernels.md for the CPU's fast)")  \
     X(CELER_TP, INT, "0", "tensor-parallel ranks (--tp N): 0 off; N >= 1 splits the model over N GPUs, or N CPU threads") \
     X(CELER_TP_MASTER, STR, NULL, "--tp-master ADDR:PORT: rank 0's address that publishes the NCCL id (several hosts)") \
