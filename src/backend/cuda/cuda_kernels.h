@@ -80,7 +80,8 @@ int cuk_qgemm_supports(const weight *w, int fast);
 int cuk_qgemm_wanted(const weight *w, int fast);
 int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint16_t *xbf, int fast, cuk_stream s);
 /* One-row products of MLX 4-bit weights (groups 64, 128) on the tensor cores, x rounded
- * to bf16 (the fast precision; matvec_q4tc.cu). y [rows] = W x. enabled: CUK_MV_Q4TC. */
+ * to bf16 (the fast precision; matvec_q4tc.cu). y [rows] = W x, x 16-byte aligned.
+ * enabled: CUK_MV_Q4TC. */
 int cuk_mv_q4tc_enabled(void);
 int cuk_mv_q4tc_supports(const weight *w);
 int cuk_mv_q4tc(const weight *w, const float *x, float *y, cuk_stream s);

@@ -208,7 +208,8 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
         const weight *w = &e->u.matmul.w;
         const int T = e->u.matmul.T;
         const int sk = skinny_ok(w, T);
-        if (T == 1 && c->self->fast && cuk_mv_q4tc_enabled() && cuk_mv_q4tc_supports(w)) {
+        if (T == 1 && c->self->fast && cuk_mv_q4tc_enabled() && cuk_mv_q4tc_supports(w) &&
+            ((uintptr_t)e->u.matmul.x & 15) == 0) { /* x read as float4 */
             RUN(cuk_mv_q4tc(w, e->u.matmul.x, e->u.matmul.y, st));
         } else if (!sk && gemm_ok(w, T)) {
             RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
