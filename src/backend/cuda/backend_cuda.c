@@ -394,17 +394,17 @@ static const float *bias_of(const float *base, long off) { return base ? base + 
 
 /* The expert products below read each weight as [out, in]: input-major experts must
  * have been transposed at upload (a swapped weight would read past its input into
- * the output it writes). */
+ * the output it writes). Every expert of a layer is bound alike, so the first one
+ * stands for all (this runs every layer of every forward). */
 static int experts_ok(const moe_experts *e) {
     const long H = e->hidden, I = e->inter;
     if (e->in_major) return err_set("cuda moe: input-major expert weights reached the GPU untransposed");
-    for (int ex = 0; ex < e->n_experts; ex++) {
-        const weight *a = e->layout == MOE_GU_SPLIT ? &e->gate[ex] : &e->gate_up[ex], *d = &e->down[ex];
-        const long want = e->layout == MOE_GU_SPLIT ? I : 2 * I;
-        if (a->rows != want || a->cols != H || d->rows != H || d->cols != I)
-            return err_set("cuda moe: expert %d is [%lld, %lld] and [%lld, %lld]; want [%ld, %ld] and [%ld, %ld]", ex,
-                           (long long)a->rows, (long long)a->cols, (long long)d->rows, (long long)d->cols, want, H, H, I);
-    }
+    if (e->n_experts < 1) return 0;
+    const weight *a = e->layout == MOE_GU_SPLIT ? &e->gate[0] : &e->gate_up[0], *d = &e->down[0];
+    const long want = e->layout == MOE_GU_SPLIT ? I : 2 * I;
+    if (a->rows != want || a->cols != H || d->rows != H || d->cols != I)
+        return err_set("cuda moe: experts are [%lld, %lld] and [%lld, %lld]; want [%ld, %ld] and [%ld, %ld]",
+                       (long long)a->rows, (long long)a->cols, (long long)d->rows, (long long)d->cols, want, H, H, I);
     return 0;
 }
 

@@ -102,6 +102,15 @@ __device__ __forceinline__ float scale_load(const void *p, int stype, int64_t i)
     return ((const float *)p)[i];
 }
 
+/* scale_load with the scale type known at compile time (ST 0 bf16, 1 f16, 2 f32),
+ * through the read-only cache */
+template <int ST>
+__device__ __forceinline__ float scale_ld(const void *p, long i) {
+    if (ST == 0) return bf16f(__ldg((const unsigned short *)p + i));
+    if (ST == 1) return __half2float(__ushort_as_half(__ldg((const unsigned short *)p + i)));
+    return __ldg((const float *)p + i);
+}
+
 /* A 16-byte load that bypasses L1 allocation hints: weights are read once. */
 __device__ __forceinline__ uint4 ld_stream(const void *p) {
     uint4 r;

@@ -386,13 +386,6 @@ __device__ __forceinline__ float fma_sub(float a, float b, float c) { /* fma kee
 
 __device__ __forceinline__ float pow2f(int e) { return __int_as_float((127 + e) << 23); } /* -126 <= e <= 127 */
 
-template <int ST>
-__device__ __forceinline__ float scale_ld(const void *p, long i) {
-    if (ST == 0) return bf16f(__ldg((const unsigned short *)p + i));
-    if (ST == 1) return __half2float(__ushort_as_half(__ldg((const unsigned short *)p + i)));
-    return __ldg((const float *)p + i);
-}
-
 /* sum over one 16-byte chunk of codes of code * x' (x' = x staged), two chains */
 template <int BITS>
 __device__ __forceinline__ float chunk_dot(const uint4 v, const float *xv) {

@@ -68,13 +68,6 @@ struct tc_span {
     float sg, bg, s8, b8;
 };
 
-template <int ST>
-__device__ __forceinline__ float tc_scale(const void *p, long i) {
-    if (ST == 0) return bf16f(__ldg((const unsigned short *)p + i));
-    if (ST == 1) return __half2float(__ushort_as_half(__ldg((const unsigned short *)p + i)));
-    return __ldg((const float *)p + i);
-}
-
 /* Span sp of rows rg, r8 (clamped to the matrix); words per row wpr, groups per row ng. */
 template <int ST>
 __device__ __forceinline__ tc_span tc_load(const uint32_t *__restrict__ W, const void *__restrict__ S,
@@ -84,10 +77,10 @@ __device__ __forceinline__ tc_span tc_load(const uint32_t *__restrict__ W, const
     v.wg = tc_ld8(W + (long)rg * wpr + sp * 8 + 2 * t);
     v.w8 = tc_ld8(W + (long)r8 * wpr + sp * 8 + 2 * t);
     const long gi = sp >> gshift; /* spans of 64 codes per group: 1 or 2 */
-    v.sg = tc_scale<ST>(S, (long)rg * ng + gi);
-    v.bg = tc_scale<ST>(B, (long)rg * ng + gi);
-    v.s8 = tc_scale<ST>(S, (long)r8 * ng + gi);
-    v.b8 = tc_scale<ST>(B, (long)r8 * ng + gi);
+    v.sg = scale_ld<ST>(S, (long)rg * ng + gi);
+    v.bg = scale_ld<ST>(B, (long)rg * ng + gi);
+    v.s8 = scale_ld<ST>(S, (long)r8 * ng + gi);
+    v.b8 = scale_ld<ST>(B, (long)r8 * ng + gi);
     return v;
 }
 
@@ -205,14 +198,15 @@ extern "C" int cuk_mv_q4tc(const weight *w, const float *x, float *y, cuk_stream
     const cudaStream_t s = (cudaStream_t)st;
     const int rows = (int)w->rows, cols = (int)w->cols, nsp = cols / 64;
     const size_t smem = (size_t)cols * 2 + (size_t)nsp * 4 + TC_WARPS * 16 * 4;
-    static int nsm;
-    if (!nsm) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev);
-        if (nsm <= 0) nsm = 1;
+    static int nsm_of[16]; /* per device (tensor parallelism: one thread per GPU) */
+    int dev = 0;
+    cudaGetDevice(&dev);
+    int *nsm = &nsm_of[dev >= 0 && dev < 16 ? dev : 15];
+    if (*nsm <= 0) {
+        cudaDeviceGetAttribute(nsm, cudaDevAttrMultiProcessorCount, dev);
+        if (*nsm <= 0) *nsm = 1;
     }
-    const int tiles = (rows + 15) / 16, blocks = tiles < 2 * nsm ? tiles : 2 * nsm;
+    const int tiles = (rows + 15) / 16, blocks = tiles < 2 * *nsm ? tiles : 2 * *nsm;
     const int gshift = w->group == 128 ? 1 : 0;
     const uint32_t *W = (const uint32_t *)w->data;
     switch (w->stype) {
