@@ -112,7 +112,7 @@ run: deps
 	$(B)/celer run
 
 # Kernel micro-benchmarks (bench/*.c): `make bench`, then e.g. build/bench_mm -f q4 -t 2.
-BENCHES := $(patsubst bench/%.c,$(B)/%,$(wildcard bench/*.c))
+BENCHES := $(patsubst bench/%.c,$(B)/%,$(filter-out bench/bench_cuda_%.c,$(wildcard bench/*.c)))
 bench: $(BENCHES)
 $(B)/bench_%: bench/bench_%.c $(B)/libceler.a
 	$(CC) $(CFLAGS) -o $@ $< $(B)/libceler.a $(LDLIBS)
@@ -139,7 +139,10 @@ FORCE:
 # The CUDA backend is a shared library, libceler-cuda.so, next to the celer binary;
 # celer loads it with dlopen when asked for a GPU (or finds one), so the binary itself
 # needs no CUDA library to run.
-NVFLAGS := -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
+# CUDA_PTX=0 leaves out the compute_90 PTX (the H200 runs the sm_90a code): a smaller
+# library for bench/gpu/pack.sh, whose archive travels with the tree under 64 MiB.
+CUDA_PTX ?= 1
+NVFLAGS := -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a $(if $(filter 0,$(CUDA_PTX)),,-gencode=arch=compute_90,code=compute_90) \
            -Iinclude -Isrc -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Werror all-warnings
 CUDA_SRC := $(sort $(wildcard src/backend/cuda/*.cu))
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(B)/obj/%.o)
@@ -179,6 +182,11 @@ $(B)/tests/cuda/test_cuda_sample: tests/cuda/test_cuda_sample.c tests/harness.h 
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests -o $@ $< $(B)/libceler_cuda.a $(B)/libceler.a $(CUDA_LDLIBS)
 
+# GPU micro-benchmarks: CUDA and cuBLAS only (no libceler)
+$(B)/bench_cuda_%: bench/bench_cuda_%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart_static -ldl -lrt -lm -pthread
+
 $(B)/tests/cuda/test_cuda_kv: tests/cuda/test_cuda_kv.c tests/harness.h tests/fixture_util.h $(B)/libceler.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
@@ -199,7 +207,7 @@ $(B)/tests/cuda/test_cuda_batch: tests/cuda/test_cuda_batch.c tests/harness.h te
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(B)/libceler.a $(LDLIBS)
 
-cuda: $(B)/tests/cuda/test_cuda_qgemm $(B)/tests/cuda/test_cuda_batch $(B)/tests/cuda/test_cuda_decode $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/tests/cuda/test_cuda_precision $(B)/libceler-cuda.so
+cuda: $(B)/tests/cuda/test_cuda_qgemm $(B)/tests/cuda/test_cuda_batch $(B)/tests/cuda/test_cuda_decode $(B)/tests/cuda/test_cuda_graph $(B)/tests/cuda/test_cuda_kernels $(B)/tests/cuda/test_cuda_sample $(B)/tests/cuda/test_cuda_kv $(B)/tests/cuda/test_cuda_precision $(B)/libceler-cuda.so $(B)/bench_cuda_products
 
 # On the GPU machine: kernel tests, every model fixture on the GPU, then the kernel benchmark.
 test-cuda: cuda tests

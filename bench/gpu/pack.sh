@@ -4,7 +4,9 @@
 # libraries the GPU machine lacks (jansson, pcre2, utf8proc, libmicrohttpd, libedit and
 # what they pull in), so the run's command only unpacks and sets LD_LIBRARY_PATH=lib.
 # The first build brings its tests (not with NO_TESTS=1); the others (A/B baselines) only celer and the
-# library. Debug info is stripped: the working tree and the carry share 64 MiB.
+# library. Debug info is stripped: the working tree and the carry share 64 MiB, and the
+# tracked tree is ~55 MiB, so build what you pack with `make CUDA_PTX=0` (no PTX: ~5.6 MB
+# of xz with the tests, against ~10 MB with it).
 # libcurl (only `celer pull` uses it, never on the GPU machine) is replaced by a stand-in
 # whose calls fail, which leaves out curl's TLS and Kerberos libraries (~3 MB of xz).
 set -eu
@@ -15,6 +17,7 @@ for b in "$@"; do
   mkdir -p "$tmp/$b/tests/cuda"
   cp "$b/celer" "$b/libceler-cuda.so" "$tmp/$b/"
   ldd "$b/celer" >> "$tmp/ldd"
+  [ "$b" = "$first" ] && for t in "$b"/bench_cuda_*; do [ -x "$t" ] && cp "$t" "$tmp/$b/"; done
   [ "$b" = "$first" ] && [ "${NO_TESTS:-0}" != 1 ] || continue
   for t in test_fixtures_models test_snapshot_fixtures test_tp; do [ -x "$b/tests/$t" ] && cp "$b/tests/$t" "$tmp/$b/tests/"; done
   for t in "$b"/tests/cuda/test_cuda_*; do [ -x "$t" ] && cp "$t" "$tmp/$b/tests/cuda/" && ldd "$t" >> "$tmp/ldd"; done

@@ -24,7 +24,7 @@
     X(CELER_FUSE, FLAG, "1", "0: q/k/v and gate/up weights are uploaded separately instead of fused")              \
     X(CELER_GRAPH, FLAG, "1", "0: GPU decode steps run op by op instead of as captured CUDA graphs")               \
     X(CELER_PDL, FLAG, "1", "0: GPU kernels launch without programmatic dependent launch")                         \
-    X(CELER_PROFILE, FLAG, "0", "1: time every GPU op and print per-op-kind totals at exit (slows decode)")         \
+    X(CELER_PROFILE, INT, "0", "1: time every GPU op alone (no graphs); 2: time the ops inside the step graphs; per-kind totals at exit") \
     X(CUK_MV_X1, FLAG, "1", "0: GPU T=1 affine products use the general kernel (A/B runs)")                        \
     X(CUK_MV_X1CFG, STR, NULL, "r2u4, r4u2 or r8u1: force one T=1 affine kernel configuration (A/B runs)")          \
     X(CUK_MV_BATCH_MAX, INT, "4", "1..8: the most rows a GPU product runs with the matvec kernels (more: cuBLAS)")  \
@@ -32,7 +32,6 @@
     X(CUK_SKINNY_MIN_T, INT, "5", "1..32: the fewest rows a bf16 GPU product runs with the tensor-core decode kernel")   \
     X(CUK_MV_ROWS, INT, "0", "1, 2 or 4: rows per warp of the GPU matvec kernels (0: measured default)")            \
     X(CUK_MV_INT8, FLAG, "0", "1: GPU quantized products round activations to int8 (dp4a kernels)")                \
-    X(CUK_MV_Q4TC, FLAG, "0", "1: with fast precision, GPU one-row 4-bit products (groups 64/128) run on the tensor cores (not yet measured)") \
     X(CELER_PRECISION, STR, NULL, "fast or exact (unset: fast on the GPU, exact on the CPU; docs/cpu-kernels.md for the CPU's fast)")  \
     X(CELER_TP, INT, "0", "tensor-parallel ranks (--tp N): 0 off; N >= 1 splits the model over N GPUs, or N CPU threads") \
     X(CELER_TP_MASTER, STR, NULL, "--tp-master ADDR:PORT: rank 0's address that publishes the NCCL id (several hosts)") \
@@ -45,6 +44,7 @@
     X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \
     X(CUK_ATTN_NO_MMA, FLAG, "0", "1: GPU prefill over a bf16 KV cache uses the CUDA-core kernels, not flash attention on tensor cores") \
     X(CUK_ATTN_PER_QUERY, FLAG, "0", "1: GPU prefill attention uses the per-query kernel instead of tiles")         \
+    X(CUK_ATTN_WARPS, INT, "0", "0: auto (8 for grids under two blocks an SM, else 4); 4, 8 or 16 forces the GPU decode attention's warps a block") \
     X(CELER_FUZZ_WIRE, FLAG, "0", "1: fuzz_server_request also sends inputs over a socket to a live server")       \
     X(HOME, STR, NULL, "where `celer run` keeps its history (~/.celer_history); the hub cache's last fallback")   \
     X(HF_HUB_CACHE, STR, NULL, "the Hugging Face hub cache models are looked up in and pulled to (docs/hub.md)")   \

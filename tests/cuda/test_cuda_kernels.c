@@ -229,40 +229,6 @@ static void skinny(void) {
     CHECK(!cuk_skinny_supports(&odd), "skinny needs columns %% 8 == 0");
 }
 
-/* The tensor-core one-row 4-bit product (matvec_q4tc.cu, fast precision: x rounded to
- * bf16) against the float64 reference: groups 64 and 128, every scale type, row
- * counts off the 16-row tiles, widths of one span to the kernel's largest; every
- * output written (NaN poison) and the same bits twice. */
-static void q4tc(void) {
-    const struct { long rows, cols; int group; scale_type st; } c[] = {
-        {1000, 1024, 64, SC_BF16}, {4100, 4096, 64, SC_BF16}, {129, 512, 128, SC_F16},
-        {70, 8192, 128, SC_F32},   {17, 64, 64, SC_BF16},     {33, 20480, 64, SC_BF16},
-    };
-    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
-        twin w = make_weight(WF_AFFINE, c[k].rows, c[k].cols, 4, c[k].group, c[k].st);
-        CHECK(cuk_mv_q4tc_supports(&w.d), "q4tc should take [%ld x %ld] g%d", c[k].rows, c[k].cols, c[k].group);
-        const long rows = c[k].rows, cols = c[k].cols;
-        float *x = malloc((size_t)cols * 4), *y = malloc((size_t)rows * 4), *y1 = malloc((size_t)rows * 4);
-        for (long i = 0; i < cols; i++) x[i] = frand();
-        float *dx = dup_dev(x, (size_t)cols * 4), *dy;
-        CK(cudaMalloc((void **)&dy, (size_t)rows * 4));
-        for (int rep = 0; rep < 2; rep++) {
-            CK(cudaMemset(dy, 0xff, (size_t)rows * 4));
-            CHECK(cuk_mv_q4tc(&w.d, dx, dy, NULL) == 0, "q4tc [%ld x %ld]: %s", rows, cols, err_msg());
-            CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(rep ? y1 : y, dy, (size_t)rows * 4, cudaMemcpyDeviceToHost));
-        }
-        double *ref = ref_matmul(&w.h, x, 1);
-        const double e = rel_err(y, ref, rows);
-        CHECK(e <= 1e-2, "q4tc [%ld x %ld] g%d: relative error %g", rows, cols, c[k].group, e);
-        CHECK(memcmp(y, y1, (size_t)rows * 4) == 0, "q4tc [%ld x %ld]: two runs differ", rows, cols);
-        free(ref); free(x); free(y); free(y1); cudaFree(dx); cudaFree(dy);
-        free_twin(&w);
-    }
-    weight g32 = {.fmt = WF_AFFINE, .bits = 4, .group = 32, .rows = 16, .cols = 64};
-    CHECK(!cuk_mv_q4tc_supports(&g32), "q4tc takes groups of 64 and 128 only");
-}
-
 static void ops(void) {
     const int T = 5, n = 1000;
     float *x = malloc(T * n * 4), *w = malloc(n * 4), *y = malloc(T * n * 4);
@@ -774,7 +740,6 @@ int main(int argc, char **argv) {
     if (!(argc > 1 && strcmp(argv[1], "--bench-only") == 0)) {
         RUN(matmul_formats);
         RUN(skinny);
-        RUN(q4tc);
         RUN(ops);
         RUN(attention);
     }

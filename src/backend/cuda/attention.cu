@@ -13,7 +13,6 @@ extern "C" {
 #include "backend/cuda/cuda_kernels.h"
 }
 
-#define ATT_WARPS 4
 #define MAX_HD 512
 
 extern "C" size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_keys) {
@@ -24,8 +23,8 @@ extern "C" size_t cuk_attention_work(int T, int n_heads, int head_dim, int n_key
 extern "C" int cuk_attention_bucket(int n_keys) { return attn_splits(n_keys) * ATT_KEYS_PER_SPLIT; }
 
 /* grid (T * n_heads, splits); partial [T*n_heads, splits, hd + 2]: acc[hd], m, l */
-template <int HD, typename KT>
-__global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float *__restrict__ q, const int32_t *__restrict__ qpos,
+template <int HD, typename KT, int W>
+__global__ void __launch_bounds__(W * 32) kernel_attn_split(const float *__restrict__ q, const int32_t *__restrict__ qpos,
                                                                   const KT *__restrict__ K, const KT *__restrict__ V,
                                                                   const int32_t *__restrict__ kpos, int n,
                                                                   const int32_t *__restrict__ blocks,
@@ -52,7 +51,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float 
     }
     const int per = (n + splits - 1) / splits;
     const int j0 = split * per, j1 = min(n, j0 + per);
-    attn_walk<ATT_WARPS, PL>(K, V, stride, (long)g * HD, blocks, kpos, j0, j1, warp, lane, qp, window,
+    attn_walk<W, PL>(K, V, stride, (long)g * HD, blocks, kpos, j0, j1, warp, lane, qp, window,
                              [&](const float (&kr)[PL], const float (&vr)[PL]) {
                                  float d = 0.f;
 #pragma unroll
@@ -66,13 +65,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) kernel_attn_split(const float 
                                  m = mn;
                              });
     /* merge the warps of this block */
-    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][HD];
+    __shared__ float sm[W], sl[W], sacc[W][HD];
     if (lane == 0) { sm[warp] = m; sl[warp] = l; }
 #pragma unroll
     for (int i = 0; i < PL; i++) sacc[warp][lane + 32 * i] = acc[i];
     __syncthreads();
     /* one split (final_out): kernel_attn_merge's arithmetic here, saving its launch */
-    attn_warps_out<HD, ATT_WARPS>(sm, sl, sacc, sinks ? sinks + h : NULL, final_out ? final_out + (long)th * HD : NULL,
+    attn_warps_out<HD, W>(sm, sl, sacc, sinks ? sinks + h : NULL, final_out ? final_out + (long)th * HD : NULL,
                                   final_out ? NULL : part + ((long)th * splits + split) * (HD + 2));
 }
 
@@ -268,11 +267,18 @@ template <typename KT>
 static int attn_split(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const cuk_kv_dyn *dyn, const attn_params *p,
                       float *out, float *work, cudaStream_t s) {
     const int splits = attn_splits(kv->n);
-    const dim3 grid((unsigned)(T * p->n_heads), (unsigned)splits), block(ATT_WARPS * 32);
-#define ATT(HD)                                                                                                         \
-    cuk_launch(kernel_attn_split<HD, KT>, grid, block, 0, s, q, qpos, (const KT *)kv->k, (const KT *)kv->v, kv->pos, kv->n, kv->blocks, dyn, \
-               kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window, p->softcap, splits, work, p->sinks,      \
+    const dim3 grid((unsigned)(T * p->n_heads), (unsigned)splits);
+    const int w = attn_decode_warps(p->head_dim, (long)grid.x * grid.y);
+#define ATT_W(HD, W)                                                                                                    \
+    cuk_launch(kernel_attn_split<HD, KT, W>, grid, (W) * 32, 0, s, q, qpos, (const KT *)kv->k, (const KT *)kv->v, kv->pos, kv->n, \
+               kv->blocks, dyn, kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window, p->softcap, splits, work, p->sinks, \
                splits == 1 ? out : NULL)
+#define ATT(HD)                                                                                                         \
+    do {                                                                                                                \
+        if (w == 4) ATT_W(HD, 4);                                                                                       \
+        else if (w == 16) ATT_W(HD, ((HD) <= 128 ? 16 : 8));                                                           \
+        else ATT_W(HD, 8);                                                                                              \
+    } while (0)
     switch (p->head_dim) {
     case 32: ATT(32); break;
     case 64: ATT(64); break;
@@ -284,6 +290,7 @@ static int attn_split(const float *q, const int32_t *qpos, int T, const attn_kv 
     default: return err_set("cuda attention: head_dim %d not supported (32, 64, 96, 128, 192, 256, 512)", p->head_dim);
     }
 #undef ATT
+#undef ATT_W
     if (cuk_check("attention") != 0) return -1;
     if (splits == 1) return 0;
     return cuk_attention_merge(work, T, p->n_heads, splits, p->head_dim, p->sinks, NULL, out, s);

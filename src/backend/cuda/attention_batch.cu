@@ -30,8 +30,6 @@ extern "C" {
 #include "backend/cuda/cuda_kernels.h"
 }
 
-#define AB_WARPS 4
-
 extern "C" int cuk_attention_batch_bucket(int max_keys) { return attn_splits(max_keys) * ATT_KEYS_PER_SPLIT; }
 
 extern "C" size_t cuk_attention_batch_work(int n, int n_heads, int head_dim, int max_keys) {
@@ -39,10 +37,10 @@ extern "C" size_t cuk_attention_batch_work(int n, int n_heads, int head_dim, int
     return s == 1 ? 0 : (size_t)n * n_heads * s * (head_dim + 2);
 }
 
-/* grid (n * n_kv * (G / GT), splits); block AB_WARPS warps.
+/* grid (n * n_kv * (G / GT), splits); block W warps.
  * part [n * n_heads, splits, HD + 2] (acc, m, l) when splits > 1, else out directly. */
-template <typename KT, int HD, int GT>
-__global__ void __launch_bounds__(AB_WARPS * 32)
+template <typename KT, int HD, int GT, int W>
+__global__ void __launch_bounds__(W * 32)
     kernel_attn_batch(const float *__restrict__ q, const int32_t *__restrict__ qpos, const cuk_attn_seq *__restrict__ seqs, int n_heads, int n_kv,
                       float scale, int window, float softcap, const float *__restrict__ sinks, float *__restrict__ part,
                       float *__restrict__ out) {
@@ -71,7 +69,7 @@ __global__ void __launch_bounds__(AB_WARPS * 32)
     const int per = (n + my_splits - 1) / my_splits;
     const int j0 = (splits > 1 ? split : 0) * per, j1 = splits > 1 ? min(n, j0 + per) : n;
     const KT *K = (const KT *)sq.k, *V = (const KT *)sq.v;
-    attn_walk<AB_WARPS, PL>(K, V, sq.stride, (long)g * HD, sq.blocks, sq.pos, j0, j1, warp, lane,
+    attn_walk<W, PL>(K, V, sq.stride, (long)g * HD, sq.blocks, sq.pos, j0, j1, warp, lane,
                             qp, window, [&](const float (&kr)[PL], const float (&vr)[PL]) {
 #pragma unroll
                                 for (int t = 0; t < GT; t++) {
@@ -88,7 +86,7 @@ __global__ void __launch_bounds__(AB_WARPS * 32)
                                 }
                             });
     /* merge the warps of this block, one head at a time */
-    __shared__ float sm[AB_WARPS], sl[AB_WARPS], sacc[AB_WARPS][HD];
+    __shared__ float sm[W], sl[W], sacc[W][HD];
 #pragma unroll 1
     for (int t = 0; t < GT; t++) {
         const int h = h0 + t;
@@ -101,7 +99,7 @@ __global__ void __launch_bounds__(AB_WARPS * 32)
 #pragma unroll
         for (int i = 0; i < PL; i++) sacc[warp][lane + 32 * i] = acc[t][i];
         __syncthreads();
-        attn_warps_out<HD, AB_WARPS>(sm, sl, sacc, sinks ? sinks + h : NULL, splits == 1 ? out + th * HD : NULL,
+        attn_warps_out<HD, W>(sm, sl, sacc, sinks ? sinks + h : NULL, splits == 1 ? out + th * HD : NULL,
                                      splits == 1 ? NULL : part + (th * splits + split) * (HD + 2));
     }
 }
@@ -117,8 +115,20 @@ static int group_tile(int G, int hd) {
 template <typename KT, int HD, int GT>
 static void launch_batch(dim3 grid, cudaStream_t s, const float *q, const int32_t *qpos, const cuk_attn_seq *seqs,
                          const attn_params *p, float *part, float *out) {
-    cuk_launch(kernel_attn_batch<KT, HD, GT>, grid, AB_WARPS * 32, 0, s, q, qpos, seqs, p->n_heads, p->n_kv, p->scale,
-               p->window, p->softcap, p->sinks, part, out);
+    constexpr int W16 = HD <= 128 ? 16 : 8;
+    switch (attn_decode_warps(HD, (long)grid.x * grid.y)) {
+    case 4:
+        cuk_launch(kernel_attn_batch<KT, HD, GT, 4>, grid, 4 * 32, 0, s, q, qpos, seqs, p->n_heads, p->n_kv, p->scale,
+                   p->window, p->softcap, p->sinks, part, out);
+        break;
+    case 16:
+        cuk_launch(kernel_attn_batch<KT, HD, GT, W16>, grid, W16 * 32, 0, s, q, qpos, seqs, p->n_heads, p->n_kv, p->scale,
+                   p->window, p->softcap, p->sinks, part, out);
+        break;
+    default:
+        cuk_launch(kernel_attn_batch<KT, HD, GT, 8>, grid, 8 * 32, 0, s, q, qpos, seqs, p->n_heads, p->n_kv, p->scale,
+                   p->window, p->softcap, p->sinks, part, out);
+    }
 }
 
 template <typename KT, int HD>

@@ -11,6 +11,28 @@
 #define ATT_KEYS_PER_SPLIT 256
 #define ATT_MAX_SPLITS 64
 
+/* Warps per block of both decode kernels for a grid of `blocks` blocks (both kernels
+ * choose alike, so they sum in the same order for the same grid size). A small grid
+ * (8 sequences of llama3-8b: 64 blocks on 132 SMs) is bound by the latency of each
+ * warp's key walk, and more warps walk fewer keys each; a large one has warps enough.
+ * Measured on the H200 (docs/benchmarks/cuda-batched.md, eleventh session): 8 warps
+ * +3% at 8 sequences, -8% at 128; one sequence unchanged. CUK_ATTN_WARPS forces 4, 8
+ * or 16 (16 only for head dims up to 128, where a 512-thread block's 128 registers a
+ * thread hold the state; 8 above). */
+static inline int attn_decode_warps(int hd, long blocks) {
+    static int env = -1, sms[16];
+    if (env < 0) {
+        const long v = setting_int(SET_CUK_ATTN_WARPS);
+        env = v == 4 || v == 8 || v == 16 ? (int)v : 0;
+    }
+    if (env) return env == 16 && hd > 128 ? 8 : env;
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev < 0 || dev >= 16) dev = 15;
+    if (!sms[dev]) cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev);
+    return blocks < 2L * (sms[dev] > 0 ? sms[dev] : 132) ? 8 : 4;
+}
+
 /* Blocks over n_keys keys: one per ATT_KEYS_PER_SPLIT keys, 1 to ATT_MAX_SPLITS. */
 static __host__ __device__ inline int attn_splits(int n_keys) {
     int s = (n_keys + ATT_KEYS_PER_SPLIT - 1) / ATT_KEYS_PER_SPLIT;

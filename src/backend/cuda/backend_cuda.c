@@ -633,8 +633,11 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols, const cuda_host
         destroy(b);
         return NULL;
     }
-    c->profile = setting_flag(SET_CELER_PROFILE) && cudaEventCreate(&c->prof_ev[0]) == cudaSuccess &&
-                 cudaEventCreate(&c->prof_ev[1]) == cudaSuccess;
+    const long prof = setting_int(SET_CELER_PROFILE);
+    c->profile = prof == 2 ? 2
+                 : prof == 1 && cudaEventCreate(&c->prof_ev[0]) == cudaSuccess && cudaEventCreate(&c->prof_ev[1]) == cudaSuccess
+                     ? 1
+                     : 0;
     /* sampled tokens: written by the sampler kernel into mapped host memory */
     int ok = cudaHostAlloc((void **)&c->sampled, SAMPLE_SLOTS * SAMPLE_MAX_ROWS * sizeof(int32_t), cudaHostAllocMapped) ==
                  cudaSuccess &&

@@ -65,6 +65,7 @@ typedef struct {
     int n;
     cudaGraphExec_t exec;
     long used; /* step counter at the last launch (least recently used is evicted) */
+    cudaEvent_t *ev; /* CELER_PROFILE=2: [n + 1] events recorded in the graph around its ops */
 } step_graph;
 
 #define STEP_GRAPHS 16 /* a few key-count buckets for each batch-size bucket in use */
@@ -110,8 +111,10 @@ typedef struct {
     const float *xbf_src;
     long xbf_n;
     unsigned long op_seq, xbf_seq;
-    /* CELER_PROFILE=1: every op timed alone (no graphs), GPU time summed per kind */
+    /* CELER_PROFILE=1: every op timed alone (no graphs); 2: the ops of each replayed step
+     * graph timed by event nodes between them. GPU time summed per kind. */
     int profile;
+    long prof_replays; /* profile 2: graph replays timed */
     cudaEvent_t prof_ev[2];
     double prof_ms[SOP_KINDS + 1], prof_bytes[SOP_KINDS + 1]; /* [SOP_KINDS]: matrix-vector products */
     long prof_n[SOP_KINDS + 1];

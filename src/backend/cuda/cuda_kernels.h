@@ -79,12 +79,6 @@ int cuk_qgemm_supports(const weight *w, int fast);
  * the fused kernel measured faster than dequantize + cuBLAS (qgemm.cu). */
 int cuk_qgemm_wanted(const weight *w, int fast);
 int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint16_t *xbf, int fast, cuk_stream s);
-/* One-row products of MLX 4-bit weights (groups 64, 128) on the tensor cores, x rounded
- * to bf16 (the fast precision; matvec_q4tc.cu). y [rows] = W x, x 16-byte aligned.
- * enabled: CUK_MV_Q4TC. */
-int cuk_mv_q4tc_enabled(void);
-int cuk_mv_q4tc_supports(const weight *w);
-int cuk_mv_q4tc(const weight *w, const float *x, float *y, cuk_stream s);
 /* dst [n] = bf16(src [n]) */
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);
 /* add_rmsnorm and glu that also write bf16(y) to ybf [T * n] when not

@@ -105,19 +105,8 @@ static int reserve_work(cuda_backend *c, const step_op *e) {
 
 static void run_op_now(cuda_backend *c, const step_op *e, const char *vals);
 
-/* Enqueues e; vals is the device copy of its values (the value block + e->dyn).
- * Under CELER_PROFILE=1 each op is timed alone with events (slow, for profiles). */
-static void run_op(cuda_backend *c, const step_op *e, const char *vals) {
-    if (!c->profile) {
-        run_op_now(c, e, vals);
-        return;
-    }
-    cudaEventRecord(c->prof_ev[0], c->stream);
-    run_op_now(c, e, vals);
-    cudaEventRecord(c->prof_ev[1], c->stream);
-    float ms = 0;
-    if (cudaEventSynchronize(c->prof_ev[1]) != cudaSuccess || cudaEventElapsedTime(&ms, c->prof_ev[0], c->prof_ev[1]) != cudaSuccess)
-        return;
+/* CELER_PROFILE: ms of GPU time for op e, summed by kind */
+static void prof_add(cuda_backend *c, const step_op *e, float ms) {
     int k = e->op;
     if (k == SOP_matmul && (skinny_ok(&e->u.matmul.w, e->u.matmul.T) || gemm_ok(&e->u.matmul.w, e->u.matmul.T))) {
         k = SOP_KINDS; /* matrix-vector products apart from GEMMs, with their bytes */
@@ -125,6 +114,33 @@ static void run_op(cuda_backend *c, const step_op *e, const char *vals) {
     }
     c->prof_ms[k] += ms;
     c->prof_n[k]++;
+}
+
+/* Enqueues e; vals is the device copy of its values (the value block + e->dyn).
+ * Under CELER_PROFILE=1 each op is timed alone with events (slow, for profiles). */
+static void run_op(cuda_backend *c, const step_op *e, const char *vals) {
+    if (c->profile != 1) {
+        run_op_now(c, e, vals);
+        return;
+    }
+    cudaEventRecord(c->prof_ev[0], c->stream);
+    run_op_now(c, e, vals);
+    cudaEventRecord(c->prof_ev[1], c->stream);
+    float ms = 0;
+    if (cudaEventSynchronize(c->prof_ev[1]) == cudaSuccess && cudaEventElapsedTime(&ms, c->prof_ev[0], c->prof_ev[1]) == cudaSuccess)
+        prof_add(c, e, ms);
+}
+
+/* CELER_PROFILE=2: after a replay of g, each op's time between the event nodes around
+ * it. The nodes end each kernel's programmatic overlap with the next, so a small op's
+ * time includes its whole launch: shares of small ops are upper bounds. */
+static void prof_graph(cuda_backend *c, const step_graph *g) {
+    if (!g->ev || cudaEventSynchronize(g->ev[g->n]) != cudaSuccess) return;
+    for (int i = 0; i < g->n; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, g->ev[i], g->ev[i + 1]) == cudaSuccess) prof_add(c, &g->ops[i], ms);
+    }
+    c->prof_replays++;
 }
 
 void cuda_profile_print(const cuda_backend *c) {
@@ -140,11 +156,13 @@ void cuda_profile_print(const cuda_backend *c) {
         [SOP_put_batch] = "put_rows (batch)",
         [SOP_KINDS] = "matmul (matvec, decode)",
     };
-    const double nf = c->n_forwards > 0 ? (double)c->n_forwards : 1;
+    const long nr = c->profile == 2 ? c->prof_replays : c->n_forwards;
+    const double nf = nr > 0 ? (double)nr : 1;
     double total = 0;
     for (int k = 0; k <= SOP_KINDS; k++) total += c->prof_ms[k];
-    fprintf(stderr, "cuda profile: %ld forwards, %.3f ms of kernel time per forward (each op timed alone)\n", c->n_forwards,
-            total / nf);
+    fprintf(stderr, "cuda profile: %ld %s, %.3f ms of kernel time per %s\n", nr,
+            c->profile == 2 ? "graph replays" : "forwards", total / nf,
+            c->profile == 2 ? "replay (ops timed inside the graph, event nodes between them)" : "forward (each op timed alone)");
     for (int k = 0; k <= SOP_KINDS; k++) {
         if (!c->prof_n[k]) continue;
         fprintf(stderr, "  %-26s %7.1f calls %9.1f us %5.1f%%", names[k], c->prof_n[k] / nf, 1e3 * c->prof_ms[k] / nf,
@@ -208,10 +226,7 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
         const weight *w = &e->u.matmul.w;
         const int T = e->u.matmul.T;
         const int sk = skinny_ok(w, T);
-        if (T == 1 && c->self->fast && cuk_mv_q4tc_enabled() && cuk_mv_q4tc_supports(w) &&
-            ((uintptr_t)e->u.matmul.x & 15) == 0) { /* x read as float4 */
-            RUN(cuk_mv_q4tc(w, e->u.matmul.x, e->u.matmul.y, st));
-        } else if (!sk && gemm_ok(w, T)) {
+        if (!sk && gemm_ok(w, T)) {
             RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
         } else if (!sk && cuk_qgemm_wanted(w, c->self->fast)) {
             RUN(cuk_qgemm(w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, c->self->fast, st));
@@ -329,11 +344,21 @@ static void close_put(cuda_backend *c) {
     e->u.pb.n = want;
 }
 
-/* Uploads the values and runs ops [0, n) one by one. */
+/* Runs ops [0, n) in order; ev (CELER_PROFILE=2 capture: [n + 1] events) is recorded
+ * before each op and after the last. */
+static void run_ops(cuda_backend *c, const step_op *ops, int n, cudaEvent_t *ev) {
+    for (int i = 0; i < n && !c->failed; i++) {
+        if (ev) cudaEventRecordWithFlags(ev[i], c->stream, cudaEventRecordExternal);
+        run_op(c, &ops[i], values_of(c, &ops[i]));
+    }
+    if (ev && !c->failed) cudaEventRecordWithFlags(ev[n], c->stream, cudaEventRecordExternal);
+}
+
+/* Uploads the values and runs ops [0, n). */
 static void run_list(cuda_backend *c, const step_op *ops, int n) {
     if (c->n_values) cuda_stage_upload(c, c->dvalues, c->values, c->n_values);
     cuk_set_pdl(1);
-    for (int i = 0; i < n && !c->failed; i++) run_op(c, &ops[i], values_of(c, &ops[i]));
+    run_ops(c, ops, n, NULL);
     cuk_set_pdl(0);
 }
 
@@ -403,7 +428,7 @@ int cuda_step_begin(backend *b, int T) {
     cuda_backend *c = cu(b);
     if (c->graphs_off < 0) /* first call: CELER_GRAPH=0 turns graphs off for A/B runs */
         c->graphs_off = !setting_flag(SET_CELER_GRAPH);
-    if (c->graphs_off || c->profile || c->failed || T > STEP_MAX_T || !c->dvalues) return 0;
+    if (c->graphs_off || c->profile == 1 || c->failed || T > STEP_MAX_T || !c->dvalues) return 0;
     c->recording = 1;
     c->put_open = 0;
     c->n_tape = 0;
@@ -417,6 +442,9 @@ static int same_ops(const step_op *a, int na, const step_op *b, int nb) {
 
 static void graph_drop(step_graph *g) {
     if (g->exec) cudaGraphExecDestroy(g->exec);
+    for (int i = 0; g->ev && i <= g->n; i++)
+        if (g->ev[i]) cudaEventDestroy(g->ev[i]);
+    free(g->ev);
     free(g->ops);
     memset(g, 0, sizeof *g);
 }
@@ -431,13 +459,20 @@ static step_graph *capture(cuda_backend *c) {
     if (!(g->ops = malloc((size_t)c->n_tape * sizeof *g->ops))) return NULL;
     memcpy(g->ops, c->tape, (size_t)c->n_tape * sizeof *g->ops);
     g->n = c->n_tape;
+    if (c->profile == 2 && (g->ev = calloc((size_t)g->n + 1, sizeof *g->ev)) != NULL)
+        for (int i = 0; i <= g->n; i++)
+            if (cudaEventCreate(&g->ev[i]) != cudaSuccess) {
+                for (int j = 0; j < i; j++) cudaEventDestroy(g->ev[j]);
+                free(g->ev);
+                g->ev = NULL;
+                break;
+            }
     cudaGraph_t graph = NULL;
     cuda_touch(c); /* a replay must not count on what the ops before it staged */
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed);
     if (e == cudaSuccess) {
         cuk_set_pdl(1);
-        for (int i = 0; i < c->n_tape && !c->failed; i++)
-            run_op(c, &c->tape[i], values_of(c, &c->tape[i]));
+        run_ops(c, c->tape, c->n_tape, g->ev);
         cuk_set_pdl(0);
         e = cudaStreamEndCapture(c->stream, &graph);
     }
@@ -486,6 +521,7 @@ void cuda_step_end(backend *b) {
         c->n_replays++;
         cuda_touch(c);
         cuda_ok(c, cudaGraphLaunch(g->exec, c->stream), "graph launch");
+        if (c->profile == 2) prof_graph(c, g);
     } else {
         /* a new list: run it, and keep it to capture if the next step repeats it */
         run_list(c, c->tape, c->n_tape);
