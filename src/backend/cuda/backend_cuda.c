@@ -79,7 +79,17 @@ static int take_failure(cuda_backend *c) {
 static int status(backend *b) {
     cuda_backend *c = cu(b);
     c->n_forwards++;
-    if (c->t_mark > 0) c->t_enqueue += now_s() - c->t_mark; /* host time since the last result */
+    const double dt = c->t_mark > 0 ? now_s() - c->t_mark : 0; /* host time since the last result */
+    c->t_enqueue += dt;
+    if (c->n_replays != c->at_replays) { /* this forward replayed a graph */
+        c->r_forwards++;
+        c->r_calls += c->n_calls - c->at_calls;
+        c->r_uploads += c->n_uploads - c->at_uploads;
+        c->r_enqueue += dt;
+    }
+    c->at_calls = c->n_calls;
+    c->at_uploads = c->n_uploads;
+    c->at_replays = c->n_replays;
     return take_failure(c);
 }
 
@@ -521,6 +531,11 @@ static void destroy(backend *b) {
                     c->n_forwards, c->n_replays, c->n_captures, (double)c->n_calls / c->n_forwards,
                     (double)c->n_uploads / c->n_forwards, (double)c->n_waits / c->n_forwards,
                     1e3 * c->t_enqueue / c->n_forwards, 1e3 * c->t_wait / c->n_forwards);
+        if (setting_flag(SET_CELER_STATS) && c->r_forwards > 0)
+            fprintf(stderr, "cuda: of them %ld replayed a step graph; per such forward: %.1f kernel calls enqueued one by "
+                            "one, %.1f uploads, %.3f ms on the host from the last result to the end of enqueueing\n",
+                    c->r_forwards, (double)c->r_calls / c->r_forwards, (double)c->r_uploads / c->r_forwards,
+                    1e3 * c->r_enqueue / c->r_forwards);
         if (c->profile && c->n_forwards > 0) cuda_profile_print(c);
         if (c->stream) cudaStreamSynchronize(c->stream);
         cuda_steps_free(c);

@@ -124,6 +124,10 @@ typedef struct {
     /* CELER_STATS counters */
     long n_forwards, n_calls, n_uploads, n_waits, n_replays, n_captures;
     double t_enqueue, t_wait, t_mark, t_wait_start; /* t_mark: the end of the last wait */
+    /* the same for the forwards that replayed a step graph (decode steps, not prompt
+     * chunks), and the counters at the previous forward's end */
+    long r_forwards, r_calls, r_uploads, at_calls, at_uploads, at_replays;
+    double r_enqueue;
 } cuda_backend;
 
 #define STAGE_HALF ((size_t)4 << 20)
