@@ -20,17 +20,13 @@
  * or 16 (16 only for head dims up to 128, where a 512-thread block's 128 registers a
  * thread hold the state; 8 above). */
 static inline int attn_decode_warps(int hd, long blocks) {
-    static int env = -1, sms[16];
+    static int env = -1;
     if (env < 0) {
         const long v = setting_int(SET_CUK_ATTN_WARPS);
         env = v == 4 || v == 8 || v == 16 ? (int)v : 0;
     }
     if (env) return env == 16 && hd > 128 ? 8 : env;
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev < 0 || dev >= 16) dev = 15;
-    if (!sms[dev]) cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev);
-    return blocks < 2L * (sms[dev] > 0 ? sms[dev] : 132) ? 8 : 4;
+    return blocks < 2L * cuk_sm_count() ? 8 : 4;
 }
 
 /* Blocks over n_keys keys: one per ATT_KEYS_PER_SPLIT keys, 1 to ATT_MAX_SPLITS. */

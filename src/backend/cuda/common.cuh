@@ -18,6 +18,16 @@ static inline int cuk_env_flag(setting_id id, int *cache) {
     return *cache;
 }
 
+/* The current device's SM count, asked once per device (launch sizing). */
+static inline int cuk_sm_count(void) {
+    static int sms[16];
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev < 0 || dev >= 16) dev = 15;
+    if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms[dev] = 0;
+    return sms[dev] > 0 ? sms[dev] : 132;
+}
+
 /* After a launch: the launch error, if any, as an err_set message naming the kernel. */
 static inline int cuk_check(const char *what) {
     cudaError_t e = cudaGetLastError();

@@ -191,14 +191,13 @@ static void launch(const uint16_t *W, const uint16_t *xh, const uint16_t *xl, fl
                    cudaStream_t s) {
     auto kern = kernel_skinny<NT, EXACT, P>;
     /* resident blocks per SM for this variant (its registers), asked once */
-    static int per_sm = 0, sms = 0;
+    static int per_sm = 0;
     if (!per_sm) {
-        int dev = 0, b = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        int b = 0;
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kern, SK_WARPS * 32, 0);
         per_sm = b > 0 ? b : 1;
     }
+    const int sms = cuk_sm_count();
     /* Column splits only when the row blocks leave resident slots empty, as many as
      * fill them, each column warp keeping at least two chunks. */
     const long blocks = (N + SK_ROWS - 1) / SK_ROWS, nch = (K + SK_CHUNK - 1) / SK_CHUNK;
