@@ -547,9 +547,6 @@ static void destroy(backend *b) {
         if (c->blas) cublasDestroy(c->blas);
         cudaFree(c->blas_ws);
         if (c->stream) cudaStreamDestroy(c->stream);
-        if (c->pf_stream) cudaStreamDestroy(c->pf_stream);
-        if (c->pf_fork) cudaEventDestroy(c->pf_fork);
-        if (c->pf_join) cudaEventDestroy(c->pf_join);
         free(c->host_route);
         if (c->stage) cudaFreeHost(c->stage);
         for (int i = 0; i < 2; i++)
@@ -651,12 +648,6 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols, const cuda_host
         destroy(b);
         return NULL;
     }
-    /* the L2 prefetch's side stream (step_ops.c): without it decode steps run as before */
-    const long pf_mib = setting_int(SET_CUK_L2_PREFETCH);
-    if (pf_mib > 0 && pf_mib <= 1024 && cudaStreamCreateWithFlags(&c->pf_stream, cudaStreamNonBlocking) == cudaSuccess &&
-        cudaEventCreateWithFlags(&c->pf_fork, cudaEventDisableTiming) == cudaSuccess &&
-        cudaEventCreateWithFlags(&c->pf_join, cudaEventDisableTiming) == cudaSuccess)
-        c->pf_cap = (size_t)pf_mib << 20;
     const long prof = setting_int(SET_CELER_PROFILE);
     c->profile = prof == 2 ? 2
                  : prof == 1 && cudaEventCreate(&c->prof_ev[0]) == cudaSuccess && cudaEventCreate(&c->prof_ev[1]) == cudaSuccess

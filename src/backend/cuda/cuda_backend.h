@@ -118,11 +118,6 @@ typedef struct {
     cudaEvent_t prof_ev[2];
     double prof_ms[SOP_KINDS + 1], prof_bytes[SOP_KINDS + 1]; /* [SOP_KINDS]: matrix-vector products */
     long prof_n[SOP_KINDS + 1];
-    /* CUK_L2_PREFETCH: a side stream that prefetches the next product's weights into L2
-     * while a decode step's small kernels run (step_ops.c); NULL: off */
-    cudaStream_t pf_stream;
-    cudaEvent_t pf_fork, pf_join;
-    size_t pf_cap; /* bytes of a product to prefetch */
     /* tensor parallelism (nccl.c) */
     void *nccl;           /* ncclComm_t of this rank, or NULL */
     grow_buf gath;        /* gather_cols: every rank's part */

@@ -40,9 +40,6 @@ int cuk_matvec_supports(const weight *w);
  * chunks a warp keeps in flight, 1 or 2 (0: the measured default). */
 #define CUK_SKINNY_MAX_T 32
 int cuk_skinny_supports(const weight *w);
-/* Asks L2 for the first `cap` bytes of w (its data, scales and biases in proportion)
- * without waiting for them (prefetch.cu). */
-int cuk_l2_prefetch(const weight *w, size_t cap, cuk_stream s);
 int cuk_skinny(const weight *w, const float *x, float *y, int T, uint16_t *xbf, int fast, cuk_stream s);
 void cuk_skinny_set_cfg(int cfg);
 /* hi [n] = bf16(src), lo [n] = bf16(src - hi): the exact precision's two terms */

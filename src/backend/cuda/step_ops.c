@@ -344,34 +344,13 @@ static void close_put(cuda_backend *c) {
     e->u.pb.n = want;
 }
 
-/* CUK_L2_PREFETCH: where ops[i] starts a run of small ops (after a product, or the
- * step's first op), the side stream asks L2 for the head of the next product's
- * weights once the ops before i are done, so the bus works while the small kernels
- * run. 1 when it forked the side stream. */
-static int prefetch_ahead(cuda_backend *c, const step_op *ops, int n, int i) {
-    if (!c->pf_stream || ops[i].op == SOP_matmul || (i > 0 && ops[i - 1].op != SOP_matmul)) return 0;
-    int k = i + 1;
-    while (k < n && ops[k].op != SOP_matmul) k++;
-    if (k >= n) return 0;
-    if (cudaEventRecord(c->pf_fork, c->stream) != cudaSuccess || cudaStreamWaitEvent(c->pf_stream, c->pf_fork, 0) != cudaSuccess)
-        return 0;
-    if (cuk_l2_prefetch(&ops[k].u.matmul.w, c->pf_cap, c->pf_stream)) cuda_fail(c);
-    return 1;
-}
-
 /* Runs ops [0, n) in order; ev (CELER_PROFILE=2 capture: [n + 1] events) is recorded
- * before each op and after the last. The side stream's prefetches (none under the
- * profile: its event nodes would order them) join the stream at the end. */
+ * before each op and after the last. */
 static void run_ops(cuda_backend *c, const step_op *ops, int n, cudaEvent_t *ev) {
-    int forked = 0;
     for (int i = 0; i < n && !c->failed; i++) {
         if (ev) cudaEventRecordWithFlags(ev[i], c->stream, cudaEventRecordExternal);
-        else forked |= prefetch_ahead(c, ops, n, i);
         run_op(c, &ops[i], values_of(c, &ops[i]));
     }
-    if (forked && (cudaEventRecord(c->pf_join, c->pf_stream) != cudaSuccess ||
-                   cudaStreamWaitEvent(c->stream, c->pf_join, 0) != cudaSuccess))
-        cuda_ok(c, cudaGetLastError(), "prefetch join");
     if (ev && !c->failed) cudaEventRecordWithFlags(ev[n], c->stream, cudaEventRecordExternal);
 }
 
