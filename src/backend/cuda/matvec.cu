@@ -43,37 +43,11 @@ __device__ __forceinline__ void store_rows(float (&acc)[R][T], int lane, int row
         }
 }
 
-/* Asks L2 for bytes [from, to) of a weight row, a 128-byte line per lane and step:
- * issued before a kernel waits for the one before it (programmatic dependent launch),
- * so the row streams while that kernel finishes instead of after. */
-__device__ __forceinline__ void row_prefetch_l2(const void *row, long from, long to, int lane) {
-    for (long off = from + 128L * lane; off < to; off += 128L * 32)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)row + off));
-}
-
-/* Bytes of each row kernel_mv_16 asks for before its wait: CUK_MV_PREFETCH MiB spread
- * over the rows of the blocks that can be resident while the kernel before it runs
- * (8 blocks of 256 threads an SM), so the early requests stay well inside L2 (50 MB)
- * and are read before they are evicted; 0 turns it off (A/B runs). */
-static long mv_prefetch_bytes(long rows, unsigned blocks, int rows_per_block) {
-    static long mib = -1;
-    if (mib < 0) {
-        const long v = setting_int(SET_CUK_MV_PREFETCH);
-        mib = v > 0 && v <= 40 ? v : 0;
-    }
-    if (!mib) return 0;
-    const long resident = (long)cuk_sm_count() * 8;
-    const long early = (blocks < resident ? (long)blocks : resident) * rows_per_block;
-    return (mib << 20) / (early < rows ? early : rows) & ~127L;
-}
-
 /* 16-bit weights (bf16 or f16): cols % 8 == 0 and 16-byte aligned rows. A warp takes
- * R rows so that each x value it loads serves R rows (x traffic through L1 / R).
- * pf: bytes of each row that are asked for before the wait (the first batch of loads,
- * then L2 prefetches up to pf; launch_mv_r sizes it). */
+ * R rows so that each x value it loads serves R rows (x traffic through L1 / R). */
 template <int T, int R, bool BF>
 __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_16(const uint16_t *__restrict__ W, const float *__restrict__ x,
-                                                            float *__restrict__ y, int rows, long cols, long pf) {
+                                                            float *__restrict__ y, int rows, long cols) {
     const int lane = threadIdx.x & 31, row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
     const uint16_t *wr[R];
 #pragma unroll
@@ -91,11 +65,6 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_16(const uint16_t *__
     };
     long j0 = (long)lane * 8;
     if (row0 < rows && j0 < cols) load(j0);
-    if (row0 < rows && pf > 512L * U) {
-        const long to = pf < 2 * cols ? pf : 2 * cols;
-#pragma unroll
-        for (int r = 0; r < R; r++) row_prefetch_l2(wr[r], 512L * U, to, lane);
-    }
     cuk_pdl_start();
     if (row0 >= rows) return;
     float acc[R][T];
@@ -470,7 +439,7 @@ __device__ __forceinline__ void x1_load(const uint4 *const (&wr)[R], const long 
 template <int R, int U, int BITS, int ST, bool P, int MB>
 __global__ void __launch_bounds__(X1_WARPS * 32, MB)
     kernel_mv_affine_x1(const uint4 *__restrict__ W, const void *__restrict__ S, const void *__restrict__ B, int gshift,
-                        const float *__restrict__ x, float *__restrict__ y, int rows, int cols, long pf) {
+                        const float *__restrict__ x, float *__restrict__ y, int rows, int cols) {
     constexpr int QB = 128 / BITS, CS = QB + 4, PW = 32 / BITS; /* codes per chunk, chunk stride in smem, codes per word */
     extern __shared__ float4 x1_smem[];
     float *xs = (float *)x1_smem;
@@ -492,14 +461,6 @@ __global__ void __launch_bounds__(X1_WARPS * 32, MB)
     if (task * R < rows) {
         rows_of(task, wr, gb);
         x1_load<R, U, BITS, ST>(wr, gb, S, B, gshift, lane, nq, v, sc, bi);
-        /* and up to pf bytes of codes more (kernel_mv_16's prefetch): the rest of this
-         * task's R rows (contiguous), then the next task's */
-        const long rb = (long)nq * 16;
-        for (int k = 0, t = task; k < 2 && pf > 0 && t * R < rows; k++, t += tstride) {
-            const long len = (long)min(R, rows - t * R) * rb, to = len < pf ? len : pf;
-            row_prefetch_l2(W + (long)t * R * nq, 0, to, lane);
-            pf -= to;
-        }
     }
     cuk_pdl_start(); /* weights only above: x is the previous kernel's output */
     /* stage x: each thread 4 columns per step, SU steps of loads in flight; the
@@ -643,10 +604,8 @@ static bool launch_x1(const weight *w, const float *x, float *y, cudaStream_t s)
     const long tasks = (rows + R - 1) / R, need = (tasks + X1_WARPS - 1) / X1_WARPS;
     const int blocks = (int)(need < (long)nsm * per ? need : (long)nsm * per);
     const int gshift = __builtin_ctz((unsigned)(w->group / QB));
-    /* every warp is resident: the budget splits evenly over them */
-    const long pf = mv_prefetch_bytes((long)blocks * X1_WARPS, (unsigned)blocks, X1_WARPS);
     cuk_launch(kernel_mv_affine_x1<R, U, BITS, ST, P, MB>, blocks, X1_WARPS * 32, smem, s, (const uint4 *)w->data, w->scales, w->biases,
-                                                                           gshift, x, y, rows, cols, pf);
+                                                                           gshift, x, y, rows, cols);
     return true;
 }
 
@@ -728,10 +687,9 @@ static void launch_mv_r(const weight *w, const float *x, float *y, void *work, c
     const int rows = (int)w->rows;
     const long cols = w->cols;
     const dim3 grid((unsigned)((rows + MV_WARPS * R - 1) / (MV_WARPS * R))), block(MV_WARPS * 32);
-    const long pf = mv_prefetch_bytes(rows, grid.x, MV_WARPS * R);
     switch (w->fmt) {
-    case WF_BF16: cuk_launch(kernel_mv_16<T, R, true>, grid, block, 0, s, (const uint16_t *)w->data, x, y, rows, cols, pf); break;
-    case WF_F16: cuk_launch(kernel_mv_16<T, R, false>, grid, block, 0, s, (const uint16_t *)w->data, x, y, rows, cols, pf); break;
+    case WF_BF16: cuk_launch(kernel_mv_16<T, R, true>, grid, block, 0, s, (const uint16_t *)w->data, x, y, rows, cols); break;
+    case WF_F16: cuk_launch(kernel_mv_16<T, R, false>, grid, block, 0, s, (const uint16_t *)w->data, x, y, rows, cols); break;
     case WF_F32: {
         const dim3 g1((unsigned)((rows + MV_WARPS - 1) / MV_WARPS));
         cuk_launch(kernel_mv_f32<T>, g1, block, 0, s, (const float *)w->data, x, y, rows, cols);
