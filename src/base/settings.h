@@ -44,7 +44,6 @@
     X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \
     X(CUK_ATTN_NO_MMA, FLAG, "0", "1: GPU prefill over a bf16 KV cache uses the CUDA-core kernels, not flash attention on tensor cores") \
     X(CUK_ATTN_PER_QUERY, FLAG, "0", "1: GPU prefill attention uses the per-query kernel instead of tiles")         \
-    X(CUK_FA_SPLIT_KEYS, INT, "128", "32, 64, 128 or 256: the fewest keys a split of GPU flash attention over a bf16 cache takes (decode)") \
     X(CUK_ATTN_WARPS, INT, "0", "0: auto (8 for grids under two blocks an SM, else 4); 4, 8 or 16 forces the GPU decode attention's warps a block") \
     X(CELER_FUZZ_WIRE, FLAG, "0", "1: fuzz_server_request also sends inputs over a socket to a live server")       \
     X(HOME, STR, NULL, "where `celer run` keeps its history (~/.celer_history); the hub cache's last fallback")   \

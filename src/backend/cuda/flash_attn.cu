@@ -596,17 +596,11 @@ __global__ void __launch_bounds__(128) kernel_fa_merge(const float *__restrict__
 }
 
 /* Key splits: enough blocks to fill the GPU (about 256, a block takes 64 query rows of
- * one KV group), at most one per CUK_FA_SPLIT_KEYS keys (default 128: two tiles, fewer
- * partials to merge) of the count's 256-key bucket, so every key count of one bucket
- * (cuk_attention_bucket) splits alike, as a recorded step needs. */
+ * one KV group), at most one per 64 keys of the count's 256-key bucket, so every key
+ * count of one bucket (cuk_attention_bucket) splits alike, as a recorded step needs. */
 static int fa_splits(int T, int n_heads, int n) {
-    static int per_bucket = 0; /* splits a 256-key bucket may take */
-    if (!per_bucket) {
-        const long k = setting_int(SET_CUK_FA_SPLIT_KEYS);
-        per_bucket = k == 32 || k == 64 || k == 128 || k == 256 ? (int)(256 / k) : 2;
-    }
     const long blocks = ((long)T * n_heads + FA_BM - 1) / FA_BM;
-    int cap = per_bucket * ((n + 255) / 256);
+    int cap = 2 * ((n + 255) / 256); /* 128 keys (two tiles) a split at least: fewer partials to merge */
     if (cap > FA_MAX_SPLITS) cap = FA_MAX_SPLITS;
     int sp = (int)((256 + blocks - 1) / blocks);
     return sp < 1 ? 1 : sp > cap ? cap : sp;
