@@ -21,7 +21,10 @@
 # 40 GB write and ten reads of it.
 # Settings (environment): SHAPES, PP (512), TG (128), NPL (32), GEN (64), REPS (3),
 # DEPTH (every shape's; default per shape below), Q4=1 (synth --q4), DEVICE (cuda),
-# CELER_BIN (the celer to run; default .gpu/NEW/celer), BENCH_TIMEOUT (600 s a call).
+# CELER_BIN (the celer to run; default .gpu/NEW/celer), BENCH_TIMEOUT (600 s a call),
+# ONE_ARMS and NPL_ARMS (default "1 0": the CELER_KV_INPLACE_WRITE values whose
+# one-sequence and -npl benches run; a missing row of an earlier call alone, e.g.
+# ONE_ARMS= NPL_ARMS=0; the outputs of both arms are always compared).
 # On the CPU, to check the script itself:
 #   CELER_BIN=build/celer DEVICE=cpu SHAPES=tiny PP=32 TG=8 NPL=4 GEN=8 DEPTH=96 OUT=/tmp/kv \
 #     bench/gpu/kvrec.sh -
@@ -81,14 +84,16 @@ for s in $SHAPES; do
   echo "# $s: depth $D, pp $PP, tg $TG, npl $NPL, device $DEVICE${Q4:+, q4}${SYNTH:+, --synth}" | tee -a "$log"
   for w in 1 0; do
     e="CELER_KV_INPLACE_WRITE=$w"
-    echo "## $e: one sequence, depth 0 and $D" | tee -a "$log"
-    for depth in 0 "$D"; do
+    case " ${ONE_ARMS-1 0} " in *" $w "*) one=1 ;; *) one=0 ;; esac
+    case " ${NPL_ARMS-1 0} " in *" $w "*) npl=1 ;; *) npl=0 ;; esac
+    [ $one = 1 ] && echo "## $e: one sequence, depth 0 and $D" | tee -a "$log"
+    [ $one = 1 ] && for depth in 0 "$D"; do
       timeout "${BENCH_TIMEOUT:-600}" env $e "$BIN" bench --device "$DEVICE" $M -p "$PP" -n "$TG" -d "$depth" -r "$REPS" -o md \
         >> "$log" 2>&1 || { echo "FAILED: $s $e bench -d $depth (exit $?)" | tee -a "$log"; rc=1; }
     done
-    echo "## $e: -npl $NPL, prompts $PP and $D" | tee -a "$log"
-    timeout "${BENCH_TIMEOUT:-600}" env $e "$BIN" bench --device "$DEVICE" $M -npl "$NPL" -p "$PP,$D" -n "$TG" \
-      -c $((NPL * (D + TG))) -o md >> "$log" 2>&1 || { echo "FAILED: $s $e bench -npl $NPL (exit $?)" | tee -a "$log"; rc=1; }
+    [ $npl = 1 ] && echo "## $e: -npl $NPL, prompts $PP and $D" | tee -a "$log"
+    [ $npl = 1 ] && { timeout "${BENCH_TIMEOUT:-600}" env $e "$BIN" bench --device "$DEVICE" $M -npl "$NPL" -p "$PP,$D" -n "$TG" \
+      -c $((NPL * (D + TG))) -o md >> "$log" 2>&1 || { echo "FAILED: $s $e bench -npl $NPL (exit $?)" | tee -a "$log"; rc=1; }; }
     # greedy, and a seeded draw from the whole distribution: random weights often make
     # greedy repeat one token, while the draw follows every logit
     for k in greedy seeded; do
