@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(W * 32) kernel_attn_split(const float *__restr
                                                                   int n_heads, int n_kv, float scale, int window, float softcap,
                                                                   int splits, float *__restrict__ part,
                                                                   const float *__restrict__ sinks, float *__restrict__ final_out) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_ATTN);
     constexpr int PL = HD / 32; /* channels per lane */
     const int th = blockIdx.x, split = blockIdx.y;
     const int t = th / n_heads, h = th % n_heads, g = h / (n_heads / n_kv);
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(W * 32) kernel_attn_split(const float *__restr
  * merges only the attn_splits(its key count) splits its blocks wrote. */
 __global__ void kernel_attn_merge(const float *__restrict__ part, int splits, int hd, const float *__restrict__ sinks,
                                   int n_heads, const cuk_attn_seq *__restrict__ seqs, float *__restrict__ out) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_ATTN);
     const int th = blockIdx.x;
     int ns = splits;
     if (seqs) {
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_attn_prefill(const float
                                                                     const int32_t *__restrict__ blocks, long stride,
                                                                     int n_heads, int n_kv, float scale, int window, float softcap,
                                                                     const float *__restrict__ sinks, float *__restrict__ out) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_ATTN);
     constexpr int R = pf_rows<HD>::R, ROWS = PF_WARPS * R, PL = HD / 32, KS = HD + 4; /* KS: padded K row */
     extern __shared__ float4 pf_sh4[];
     float *sq = (float *)pf_sh4;     /* [ROWS][HD] queries, scaled */

@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(W * 32)
     kernel_attn_batch(const float *__restrict__ q, const int32_t *__restrict__ qpos, const cuk_attn_seq *__restrict__ seqs, int n_heads, int n_kv,
                       float scale, int window, float softcap, const float *__restrict__ sinks, float *__restrict__ part,
                       float *__restrict__ out) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_ATTN);
     constexpr int PL = HD / 32;
     const int G = n_heads / n_kv, tiles = G / GT;
     const int bx = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
@@ -181,7 +181,7 @@ extern "C" int cuk_attention_batch(const float *q, const int32_t *qpos, int n, c
 template <typename KT>
 __global__ void kernel_put_batch(const cuk_put_row *__restrict__ rows, long row, const float *__restrict__ k,
                                  const float *__restrict__ v) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_PUT);
     const int r = blockIdx.y;
     const cuk_put_row d = rows[r];
     if (!d.k) return; /* a padding row */

@@ -50,6 +50,33 @@ __device__ __forceinline__ void cuk_pdl_start() {
 #endif
 }
 
+/* The small kernels of a decode step, by kind (the bits of CUK_PDL_LATE, a build
+ * switch: -DCUK_PDL_LATE=MASK in NVCC; 0, today's order, by default): a kind whose bit is
+ * set lets the next kernel launch only once the kernel before it has finished, so a
+ * product that follows starts (and asks for its first weights) while the small kernel
+ * runs, not while the product before it still streams its own. Measured both ways in
+ * docs/benchmarks/cuda-batched.md (twelfth session): gemma3-4b +8% with every kind
+ * late, llama3-8b -1 to -3%. */
+#define CUK_LATE_NORM 1  /* rmsnorm, add + rmsnorm */
+#define CUK_LATE_ROPE 2  /* q/k norm + RoPE, RoPE */
+#define CUK_LATE_GLU 4   /* gated activations */
+#define CUK_LATE_PUT 8   /* KV row writes */
+#define CUK_LATE_ATTN 16 /* CUDA-core decode attention and its merge */
+#define CUK_LATE_OTHER 32
+#ifndef CUK_PDL_LATE
+#define CUK_PDL_LATE 0
+#endif
+__device__ __forceinline__ void cuk_pdl_start_small(int kind) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (CUK_PDL_LATE & kind) {
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        return;
+    }
+#endif
+    cuk_pdl_start();
+}
+
 /* Set (cuk_set_pdl) while a recorded decode step is captured or run: prefill's large
  * grids measured slower with early launches (their waiting blocks hold SM slots). */
 extern thread_local int cuk_pdl_step;

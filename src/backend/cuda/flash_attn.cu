@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
                                                                   int n_heads, int n_kv, float scale, int window, float softcap,
                                                                   const float *__restrict__ sinks, float *__restrict__ out,
                                                                   float *__restrict__ part) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_ATTN);
     constexpr int S = fa_cfg<HD>::S, NT = HD / 8, KS = HD / 16;
     constexpr bool QREG = fa_cfg<HD>::QREG;
     extern __shared__ uint4 fa_sh4[];
@@ -561,7 +561,7 @@ __global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode(const float
  * once, coalesced (kernel_attn_merge in attention.cu re-reads them per channel). */
 __global__ void __launch_bounds__(128) kernel_fa_merge(const float *__restrict__ part, int splits, int hd,
                                                       const float *__restrict__ sinks, int n_heads, float *__restrict__ out) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_ATTN);
     __shared__ float w[FA_MAX_SPLITS], red[4];
     const int th = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float *p = part + (long)th * splits * (hd + 2);

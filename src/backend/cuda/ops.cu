@@ -34,7 +34,7 @@ __device__ __forceinline__ float block_sum(float v, float *part) {
 /* one block per row; sum of squares in float, as the CPU backend (which uses double) */
 __global__ void kernel_rmsnorm(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ y, int n,
                                float eps, int plus_one) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_NORM);
     const float *xr = x + (long)blockIdx.x * n;
     float *yr = y + (long)blockIdx.x * n;
     __shared__ float part[32];
@@ -60,7 +60,7 @@ extern "C" int cuk_rmsnorm(const float *x, const float *w, float *y, int T, int 
 __global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const float *__restrict__ dw,
                                    const float *__restrict__ w, float *y, int n, float eps, int plus_one,
                                    uint16_t *__restrict__ ybf) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_NORM);
     float *xr = x + (long)blockIdx.x * n;
     const float *dr = d + (long)blockIdx.x * n;
     __shared__ float part[32];
@@ -106,7 +106,7 @@ extern "C" int cuk_add_rmsnorm_bf16(float *x, const float *d, const float *dw, c
 __global__ void kernel_qk_norm_rope(float *q, float *k, int n_heads, int n_kv, int head_dim, int norm,
                                     const float *__restrict__ qw, const float *__restrict__ kw, float eps, int plus_one,
                                     const int32_t *__restrict__ pos, const float *__restrict__ inv_freq, int dim, float af) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_ROPE);
     const int nh = n_heads + (k ? n_kv : 0);
     const int t = blockIdx.x / nh, h = blockIdx.x % nh, c = threadIdx.x;
     const bool isq = h < n_heads;
@@ -158,7 +158,7 @@ extern "C" int cuk_qk_norm_rope(float *q, float *k, int T, int n_heads, int n_kv
 
 __global__ void kernel_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const float *inv_freq, int dim,
                             float af) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_ROPE);
     const int half = dim / 2;
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * n_heads * half) return;
@@ -186,7 +186,7 @@ extern "C" int cuk_rope(float *x, int T, int n_heads, int head_dim, const int32_
 /* blockIdx.x: 256 columns of a row, blockIdx.y (strided): the rows */
 __global__ void kernel_glu(const float *g, long ldg, const float *u, long ldu, float *y, int T, long n, int act,
                            uint16_t *__restrict__ ybf) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_GLU);
     const long j = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n) return;
     for (long t = blockIdx.y; t < T; t += gridDim.y) {
@@ -218,7 +218,7 @@ extern "C" int cuk_glu_bf16(const float *g, long ldg, const float *u, long ldu, 
 /* one block per (row, 1024 columns): float4 copies where widths and addresses allow */
 __global__ void kernel_split_cols(const float *__restrict__ x, int T, long n0, long n1, long n2, float *__restrict__ y0,
                                   float *__restrict__ y1, float *__restrict__ y2, bool vec) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_OTHER);
     const long n = n0 + n1 + n2;
     for (long t = blockIdx.y; t < T; t += gridDim.y) {
         const float *r = x + t * n;
@@ -248,7 +248,7 @@ extern "C" int cuk_split_cols(const float *x, int T, long n0, long n1, long n2, 
 }
 
 __global__ void kernel_add(float *y, const float *x, long n) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_OTHER);
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += x[i];
 }
@@ -285,7 +285,7 @@ __device__ __forceinline__ float weight_elem(const weight w, int64_t r, int64_t 
 }
 
 __global__ void kernel_embed(const weight w, const int32_t *tok, int T, float scale, float *x) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_OTHER);
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * w.cols) return;
     const int t = (int)(i / w.cols);
@@ -301,7 +301,7 @@ extern "C" int cuk_embed(const weight *w, const int32_t *tok, int T, float scale
 
 /* a rank's share of a vocabulary-split embedding: rows tok - lo, zero outside its rows */
 __global__ void kernel_embed_range(const weight w, const int32_t *tok, int T, float scale, float *x, int lo) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_OTHER);
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * w.cols) return;
     const int t = (int)(i / w.cols);
@@ -322,7 +322,7 @@ extern "C" int cuk_embed_range(const weight *w, const int32_t *tok, int T, float
 template <typename KT>
 __global__ void kernel_put_rows(KT *kd, KT *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev,
                                 const float *k, const float *v, const int32_t *pos, int n) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_PUT);
     const int s0 = slot_dev ? *slot_dev : slot;
     const long total = (long)n * row;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
@@ -349,7 +349,7 @@ extern "C" int cuk_put_rows(void *kd, void *vd, int32_t *pd, long row, int slot,
 
 /* rows [r0, r0 + n) of w as bf16 hi, and (lo != NULL) the rounding error as bf16 lo */
 __global__ void kernel_weight_bf16(const weight w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_OTHER);
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n * w.cols) return;
     if (w.fmt == WF_BF16) {
@@ -376,7 +376,7 @@ extern "C" int cuk_weight_to_bf16x2(const weight *w, int64_t r0, int64_t n, uint
 }
 
 __global__ void kernel_f32_bf16(const float *src, uint16_t *dst, long n) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_OTHER);
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = f2bf16(src[i]);
 }
@@ -388,7 +388,7 @@ extern "C" int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stre
 
 /* one block of 1024 threads: (value, index) reduction, lowest index on ties */
 __global__ void kernel_argmax(const float *x, int n, int32_t *out) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_OTHER);
     __shared__ float bv[32];
     __shared__ int bi[32];
     float v = -INFINITY;
@@ -420,7 +420,7 @@ extern "C" int cuk_argmax(const float *x, int n, int32_t *out, cuk_stream s) {
 }
 
 __global__ void kernel_scale(float *x, long n, float s) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_OTHER);
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= s;
 }
@@ -432,7 +432,7 @@ extern "C" int cuk_scale(float *x, long n, float s, cuk_stream st) {
 
 /* divide then multiply, as the CPU backend and transformers do */
 __global__ void kernel_softcap(float *x, long n, float cap) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_OTHER);
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
@@ -443,7 +443,7 @@ extern "C" int cuk_softcap(float *x, long n, float cap, cuk_stream st) {
 }
 
 __global__ void kernel_add_rows(float *y, const float *bias, long n, long width) {
-    cuk_pdl_start();
+    cuk_pdl_start_small(CUK_LATE_OTHER);
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += bias[i % width];
 }
