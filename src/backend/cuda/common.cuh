@@ -55,13 +55,13 @@ __device__ __forceinline__ void cuk_pdl_start() {
  * set lets the next kernel launch only once the kernel before it has finished, so a
  * product that follows starts (and asks for its first weights) while the small kernel
  * runs, not while the product before it still streams its own. Measured both ways in
- * docs/benchmarks/cuda-batched.md (twelfth session): gemma3-4b +8% with every kind
- * late, llama3-8b -1 to -3%. */
+ * docs/benchmarks/cuda-batched.md (twelfth session): every kind late gave gemma3-4b
+ * +8.5%, llama3-8b -1.3% and its q4 -3.5%. */
 #define CUK_LATE_NORM 1  /* rmsnorm, add + rmsnorm */
 #define CUK_LATE_ROPE 2  /* q/k norm + RoPE, RoPE */
 #define CUK_LATE_GLU 4   /* gated activations */
 #define CUK_LATE_PUT 8   /* KV row writes */
-#define CUK_LATE_ATTN 16 /* CUDA-core decode attention and its merge */
+#define CUK_LATE_ATTN 16 /* attention (CUDA-core and flash) and the merges of its splits */
 #define CUK_LATE_OTHER 32
 #ifndef CUK_PDL_LATE
 #define CUK_PDL_LATE 0
