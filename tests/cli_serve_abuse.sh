@@ -17,8 +17,8 @@ stopped() {
 }
 node_case() { node_script 300 tests/server/abuse.mjs "$@"; }
 
-start queue -m models/default -np 1 --queue-size 4 --metrics -c 1024 && { node_case queue "$PORT"; stopped queue "$PID"; }
-start burst -m models/default -np 2 --queue-size 4 --metrics -c 1024 && { node_case burst "$PORT"; stopped burst "$PID"; }
+start queue -m models/default -np 1 --queue-size 4 --metrics -c 8192 && { node_case queue "$PORT"; stopped queue "$PID"; }
+start burst -m models/default -np 2 --queue-size 4 --metrics -c 8192 && { node_case burst "$PORT"; stopped burst "$PID"; }
 start slow -m models/default -np 1 --header-timeout 2 --min-body-rate 1000 -to 60 && { node_case slow "$PORT"; stopped slow "$PID"; }
 KEY=k-$$
 start key -m models/default -np 1 --api-key "$KEY" && { node_case key "$PORT" "$KEY"; stopped key "$PID"; }

@@ -69,12 +69,16 @@ function complete(buf) {
   return /\r\n0\r\n\r\n$/.test(buf.toString('latin1'));
 }
 const long = (extra) => ({ prompt: 'And it came to pass', max_tokens: 900, temperature: 0.8, ignore_eos: true, ...extra });
+// The request that holds a slot: 8,000 tokens take tens of seconds of the default model
+// (its servers run with -c 8192), so the slot stays busy until the test closes it; 900
+// took ~0.6 s, which a slow machine's checks could outlast.
+const holder = () => long({ stream: true, max_tokens: 8000 });
 const rss = (pid) => +/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1] / 1024;
 
 if (what === 'queue') {
   await kase('queue: disconnected clients give their places back', async () => {
     const hold = await connect(); // a stream holds the only slot
-    hold.s.write(request('/v1/completions', long({ stream: true })));
+    hold.s.write(request('/v1/completions', holder()));
     await until(async () => (await metrics(base))['celer_slots_busy'] === 1, 30000);
     // two queued clients that half-close (shutdown(SHUT_WR)) and still read their answers
     const stay = await connect();
@@ -100,7 +104,9 @@ if (what === 'queue') {
     const queued = await until(async () => (await metrics(base))['celer_queue_depth'] === 3, 5000);
     check('queue: a new request takes a freed place', queued && parse(next.data).status === 0, parse(next.data).head);
     await sleep(500); // the half-closed clients stay queued
-    check('queue: half-closed clients keep their places', (await metrics(base))['celer_queue_depth'] === 3, '');
+    const kept = await metrics(base);
+    check('queue: half-closed clients keep their places', kept['celer_queue_depth'] === 3 && kept['celer_slots_busy'] === 1,
+      `queue depth ${kept['celer_queue_depth']}, slots busy ${kept['celer_slots_busy']}`);
     hold.s.destroy(); // the slot frees; the queued requests run
     await until(() => complete(stay.data) && complete(next.data) && /data: \[DONE\]/.test(stay2.data.toString()), 60000);
     check('queue: the queued requests are answered', parse(stay.data).status === 200 && parse(next.data).status === 200,
@@ -113,7 +119,7 @@ if (what === 'queue') {
   await kase('burst: free slots + queue admitted', async () => {
     // one slot of two is busy, so the scheduler thread is stepping when the burst comes
     const hold = await connect();
-    hold.s.write(request('/v1/completions', long({ stream: true })));
+    hold.s.write(request('/v1/completions', holder()));
     await until(async () => (await metrics(base))['celer_slots_busy'] === 1, 30000);
     const conns = await Promise.all(Array.from({ length: 12 }, () => connect()));
     for (const c of conns) c.s.write(request('/v1/completions', long({ max_tokens: 300 })));
