@@ -353,6 +353,88 @@ INLINE void q4dot_nt(const weight *w, const uint16_t *const *xo, const float *co
     }
 }
 
+/* q4dot_nt over two weight rows a pass, for products of 5-8 activation rows (several
+ * passes over each Q4_BLOCK of weight rows): each activation load serves both weight
+ * rows, and each weight row keeps one accumulator a token (the two dot chains added
+ * before the scale, the bias terms in the same accumulator), so 2 x 4 of them fit the
+ * 32 registers beside the codes. A lone last row pairs with itself, so the sums do not
+ * depend on where a task's rows start. Measured (thirteenth session, Zen 5, quiet;
+ * docs/benchmarks/cpu-core.md): per core in cache (bench_mm -f q4 -P fast -c -t 1, one
+ * layer of qwen3-0.6b) T=2 156-158 -> 178-185 GFLOP/s, T=4 197-202 -> 227-240, T=8
+ * 190-205 -> 235-239; end to end (celer bench -npl, 2 threads) 8 sequences +1-5% in
+ * every alternation, but 2 sequences -14 to -18% and 4 sequences -1 to -4%: with
+ * one pass the weights stream from memory, and there pairs lose (one sequence: 23 ->
+ * 15 GB/s per core in bench_mm). So products of 1-4 rows keep q4dot_nt. */
+INLINE void q4dot_pair_nt(const weight *w, const uint16_t *const *xo, const float *const *xsum, float *y, int t0, int nt,
+                      long r0, long r1) {
+    const long n = (long)w->cols, G = w->group, ng = n / G, row_bytes = n / 2;
+    const __m128i gshift = _mm_cvtsi32_si128(__builtin_ctzl((unsigned long)G));
+    const __m512i lane8 = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+    const __m512i lo4 = _mm512_set1_epi16(0x000f), b128 = _mm512_set1_epi16(0x4300);
+    for (long r = r0; r < r1; r += 2) {
+        const long r2 = r + 1 < r1 ? r + 1 : r; /* a lone last row pairs with itself: the same sums in any split */
+        const uint8_t *ra = (const uint8_t *)w->data + r * row_bytes, *rb = (const uint8_t *)w->data + r2 * row_bytes;
+        const long ahead = (r + 8) * ng * (w->stype == SC_F32 ? 4 : 2);
+        _mm_prefetch((const char *)w->scales + ahead, _MM_HINT_T0);
+        _mm_prefetch((const char *)w->biases + ahead, _MM_HINT_T0);
+        __m512 aa[4], ab[4];
+        UNROLL
+        for (int t = 0; t < nt; t++) aa[t] = ab[t] = _mm512_setzero_ps();
+        for (long g0 = 0; g0 < ng; g0 += 16) {
+            const __mmask16 gm = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1);
+            const __m512 sva = scale16(w->scales, w->stype, r * ng + g0, gm);
+            const __m512 svb = scale16(w->scales, w->stype, r2 * ng + g0, gm);
+            const __m512 cva = _mm512_fnmadd_ps(_mm512_set1_ps(128.0f), sva, scale16(w->biases, w->stype, r * ng + g0, gm));
+            const __m512 cvb = _mm512_fnmadd_ps(_mm512_set1_ps(128.0f), svb, scale16(w->biases, w->stype, r2 * ng + g0, gm));
+            UNROLL
+            for (int t = 0; t < nt; t++) {
+                const __m512 xs = _mm512_maskz_loadu_ps(gm, xsum[t] + g0);
+                aa[t] = _mm512_fmadd_ps(cva, xs, aa[t]);
+                ab[t] = _mm512_fmadd_ps(cvb, xs, ab[t]);
+            }
+            const long c1 = (g0 + 16) * G < n ? (g0 + 16) * G : n;
+            for (long c = g0 * G; c < c1; c += 128) {
+                _mm_prefetch((const char *)ra + c / 2 + Q4_PF, _MM_HINT_T0);
+                _mm_prefetch((const char *)rb + c / 2 + Q4_PF, _MM_HINT_T0);
+                const long left = (n - c) / 2;
+                const __mmask64 lm = left >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << left) - 1;
+                const __m512i va = _mm512_maskz_loadu_epi8(lm, ra + c / 2), vb = _mm512_maskz_loadu_epi8(lm, rb + c / 2);
+                const __m512i qa0 = _mm512_ternarylogic_epi32(va, lo4, b128, 0xea);
+                const __m512i qa1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(va, 4), lo4, b128, 0xea);
+                const __m512i qa2 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(va, 8), lo4, b128, 0xea);
+                const __m512i qa3 = _mm512_or_si512(_mm512_srli_epi16(va, 12), b128);
+                const __m512i qb0 = _mm512_ternarylogic_epi32(vb, lo4, b128, 0xea);
+                const __m512i qb1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(vb, 4), lo4, b128, 0xea);
+                const __m512i qb2 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(vb, 8), lo4, b128, 0xea);
+                const __m512i qb3 = _mm512_or_si512(_mm512_srli_epi16(vb, 12), b128);
+                const __m512i idx = _mm512_srl_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)(c - g0 * G)), lane8), gshift);
+                const __m512 sa = _mm512_permutexvar_ps(idx, sva), sb = _mm512_permutexvar_ps(idx, svb);
+                UNROLL
+                for (int t = 0; t < nt; t++) {
+                    const uint16_t *x = xo[t] + c;
+                    const __m512bh x0 = (__m512bh)_mm512_loadu_si512(x), x1 = (__m512bh)_mm512_loadu_si512(x + 32);
+                    const __m512bh x2 = (__m512bh)_mm512_loadu_si512(x + 64), x3 = (__m512bh)_mm512_loadu_si512(x + 96);
+                    __m512 da0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)qa0, x0);
+                    __m512 db0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)qb0, x0);
+                    __m512 da1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)qa1, x1);
+                    __m512 db1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)qb1, x1);
+                    da0 = _mm512_dpbf16_ps(da0, (__m512bh)qa2, x2);
+                    db0 = _mm512_dpbf16_ps(db0, (__m512bh)qb2, x2);
+                    da1 = _mm512_dpbf16_ps(da1, (__m512bh)qa3, x3);
+                    db1 = _mm512_dpbf16_ps(db1, (__m512bh)qb3, x3);
+                    aa[t] = _mm512_fmadd_ps(_mm512_add_ps(da0, da1), sa, aa[t]);
+                    ab[t] = _mm512_fmadd_ps(_mm512_add_ps(db0, db1), sb, ab[t]);
+                }
+            }
+        }
+        UNROLL
+        for (int t = 0; t < nt; t++) {
+            y[(long)(t0 + t) * w->rows + r] = _mm512_reduce_add_ps(aa[t]);
+            y[(long)(t0 + t) * w->rows + r2] = _mm512_reduce_add_ps(ab[t]);
+        }
+    }
+}
+
 /* The prepared row (MM_PREP_Q4DOT), made once per product by cpu_matmul's prep step
  * rather than by every task of it (8 tasks a product re-ordered the same activations
  * 8 times: ~10% of a q4 decode token): float xsum [ngp] (each group's sum of the
@@ -399,11 +481,20 @@ static void q4dot(const weight *w, const float *x, float *y, int T, long r0, lon
                 xs[t] = x + (long)(t0 + (t < nt ? t : 0)) * stride;
                 xb[t] = (const uint16_t *)(xs[t] + ngp);
             }
+            if (T <= 4) { /* one pass: the weights stream from memory, where pairs lose */
+                switch (nt) {
+                case 1: q4dot_nt(w, xb, xs, y, t0, 1, rb, re); break;
+                case 2: q4dot_nt(w, xb, xs, y, t0, 2, rb, re); break;
+                case 3: q4dot_nt(w, xb, xs, y, t0, 3, rb, re); break;
+                default: q4dot_nt(w, xb, xs, y, t0, 4, rb, re); break;
+                }
+                continue;
+            }
             switch (nt) {
-            case 1: q4dot_nt(w, xb, xs, y, t0, 1, rb, re); break;
-            case 2: q4dot_nt(w, xb, xs, y, t0, 2, rb, re); break;
-            case 3: q4dot_nt(w, xb, xs, y, t0, 3, rb, re); break;
-            default: q4dot_nt(w, xb, xs, y, t0, 4, rb, re); break;
+            case 1: q4dot_pair_nt(w, xb, xs, y, t0, 1, rb, re); break;
+            case 2: q4dot_pair_nt(w, xb, xs, y, t0, 2, rb, re); break;
+            case 3: q4dot_pair_nt(w, xb, xs, y, t0, 3, rb, re); break;
+            default: q4dot_pair_nt(w, xb, xs, y, t0, 4, rb, re); break;
             }
         }
     }
