@@ -43,6 +43,10 @@ typedef struct {
  * or the thread count), so any split of the rows gives bit-identical results. */
 typedef void (*mm_kernel)(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
 
+/* y[i] = silu(g[i]) u[i] for i < n at the avx512 level (ops_avx512.c): exp512's
+ * polynomial, within a few ulp of the portable expf form. */
+void glu_silu_avx512(const float *g, const float *u, float *y, long n);
+
 /* Kernel levels (cpu_level.c): each includes the ones below it. */
 enum { CPU_GENERIC = 0, CPU_AVX2 = 1, CPU_AVX512 = 2 };
 /* The best level this processor and OS run. */
