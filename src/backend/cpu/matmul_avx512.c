@@ -177,6 +177,12 @@ static void gemm512(const weight *w, const float *x, float *y, int T, long r0, l
  * y[t, r] = sum_j W[r, j] x[t, j]: 32 columns per step into two accumulators per
  * activation row, then 16, then one masked step for the last cols % 16. */
 
+/* Row streams a one-token GEMV reads at once. One sequential stream per thread reached
+ * 40-47 GB/s of bf16 weights on two Zen 5 cores against 57-62 with 4 or 8 streams
+ * (bench_mm -f bf16 -p 0 -t 2, three alternations); end to end, qwen3-0.6b bf16 tg128
+ * 30.8-34.6 -> 38.5-41.6 tok/s with 4 and 35.8-37.0 with 8 (docs/benchmarks/cpu-core.md,
+ * thirteenth session): the read-bandwidth probe reads 4 streams too. */
+#define GEMV_STREAMS 4
 #define GEMV_FLOAT512(NAME, ELEM, LOAD16, LOADM)                                                \
     INLINE void NAME##_nt(const weight *w, const float *x, float *y, int t0, int nt, long r0,   \
                           long r1) {                                                            \
@@ -217,9 +223,55 @@ static void gemm512(const weight *w, const float *x, float *y, int T, long r0, l
                 y[(long)(t0 + t) * w->rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(a[t][0], a[t][1])); \
         }                                                                                       \
     }                                                                                           \
+    /* one activation row over four row streams at once (rows r, r + q, r + 2q, r + 3q of  \
+     * the task's range): one sequential stream per thread kept too few reads in flight  \
+     * (GEMV_STREAMS); each row's sums are NAME##_nt's, in the same order */              \
+    INLINE void NAME##_streams(const weight *w, const float *x, float *y, long r0, long r1) {  \
+        const long n = (long)w->cols, q = (r1 - r0) / GEMV_STREAMS;                             \
+        const __mmask16 tail = (__mmask16)((1u << (n % 16)) - 1);                               \
+        for (long i = 0; i < q; i++) {                                                          \
+            const ELEM *wr[GEMV_STREAMS];                                                       \
+            __m512 a[GEMV_STREAMS][2];                                                          \
+            UNROLL                                                                              \
+            for (int k = 0; k < GEMV_STREAMS; k++) {                                            \
+                wr[k] = (const ELEM *)w->data + (r0 + k * q + i) * n;                           \
+                a[k][0] = a[k][1] = _mm512_setzero_ps();                                        \
+            }                                                                                   \
+            long j = 0;                                                                         \
+            for (; j + 32 <= n; j += 32) {                                                      \
+                const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);     \
+                UNROLL                                                                          \
+                for (int k = 0; k < GEMV_STREAMS; k++) {                                        \
+                    a[k][0] = _mm512_fmadd_ps(LOAD16(wr[k] + j), x0, a[k][0]);                  \
+                    a[k][1] = _mm512_fmadd_ps(LOAD16(wr[k] + j + 16), x1, a[k][1]);             \
+                }                                                                               \
+            }                                                                                   \
+            if (j + 16 <= n) {                                                                  \
+                const __m512 x0 = _mm512_loadu_ps(x + j);                                       \
+                UNROLL                                                                          \
+                for (int k = 0; k < GEMV_STREAMS; k++)                                          \
+                    a[k][0] = _mm512_fmadd_ps(LOAD16(wr[k] + j), x0, a[k][0]);                  \
+                j += 16;                                                                        \
+            }                                                                                   \
+            if (tail) {                                                                         \
+                const __m512 x0 = _mm512_maskz_loadu_ps(tail, x + j);                           \
+                UNROLL                                                                          \
+                for (int k = 0; k < GEMV_STREAMS; k++)                                          \
+                    a[k][1] = _mm512_fmadd_ps(LOADM(wr[k] + j, tail), x0, a[k][1]);             \
+            }                                                                                   \
+            UNROLL                                                                              \
+            for (int k = 0; k < GEMV_STREAMS; k++)                                              \
+                y[r0 + k * q + i] = _mm512_reduce_add_ps(_mm512_add_ps(a[k][0], a[k][1]));      \
+        }                                                                                       \
+        if (r0 + GEMV_STREAMS * q < r1) NAME##_nt(w, x, y, 0, 1, r0 + GEMV_STREAMS * q, r1);   \
+    }                                                                                           \
     static void NAME(const weight *w, const float *x, float *y, int T, long r0, long r1,        \
                      float *scratch) {                                                          \
         (void)scratch;                                                                          \
+        if (T == 1) {                                                                           \
+            NAME##_streams(w, x, y, r0, r1);                                                    \
+            return;                                                                             \
+        }                                                                                       \
         for (int t0 = 0; t0 < T; t0 += NT512) {                                                 \
             switch (T - t0) {                                                                   \
             case 1: NAME##_nt(w, x, y, t0, 1, r0, r1); break;                                   \
