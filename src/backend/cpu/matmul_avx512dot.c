@@ -300,13 +300,46 @@ static void q4dot_order(const uint16_t *x, long n, uint16_t *o) {
  * better; 2026-12-02, docs/benchmarks/cpu-core.md) */
 #define Q4_PF 4096
 #define Q4_BLOCK 64 /* weight rows a pass of q4dot takes before the next 4 rows of x */
+/* What every q4dot pass keeps in registers: the group size's shift and the chunk
+ * lanes' first columns (for each lane's group), the nibble mask and bf16 128. */
+typedef struct {
+    __m128i gshift;
+    __m512i lane8, lo4, b128;
+} q4k;
+
+INLINE q4k q4k_of(const weight *w) {
+    q4k k;
+    k.gshift = _mm_cvtsi32_si128(__builtin_ctzl((unsigned long)w->group));
+    k.lane8 = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+    k.lo4 = _mm512_set1_epi16(0x000f);
+    k.b128 = _mm512_set1_epi16(0x4300);
+    return k;
+}
+
+/* The 64 code bytes of the chunk at column c of a row of n columns (zero past n). */
+INLINE __m512i q4_load(const uint8_t *row, long c, long n) {
+    const long left = (n - c) / 2;
+    return left >= 64 ? _mm512_loadu_si512(row + c / 2) : _mm512_maskz_loadu_epi8(((__mmask64)1 << left) - 1, row + c / 2);
+}
+
+/* The chunk's 128 codes as four vectors of bf16 128 + q (nibble k of every word). */
+INLINE void q4_unpack(const q4k *k, __m512i v, __m512i q[4]) {
+    q[0] = _mm512_ternarylogic_epi32(v, k->lo4, k->b128, 0xea); /* (v & lo4) | b128 */
+    q[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), k->lo4, k->b128, 0xea);
+    q[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 8), k->lo4, k->b128, 0xea);
+    q[3] = _mm512_or_si512(_mm512_srli_epi16(v, 12), k->b128);
+}
+
+/* Each lane's group within the 16 groups from g0, for the chunk at column c. */
+INLINE __m512i q4_lane_groups(const q4k *k, long c, long g0, long G) {
+    return _mm512_srl_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)(c - g0 * G)), k->lane8), k->gshift);
+}
+
 /* nt <= 4 activation rows xo (q4dot_order) with their group sums xsum[t] [ng]. */
 INLINE void q4dot_nt(const weight *w, const uint16_t *const *xo, const float *const *xsum, float *y, int t0, int nt,
                      long r0, long r1) {
     const long n = (long)w->cols, G = w->group, ng = n / G, row_bytes = n / 2;
-    const __m128i gshift = _mm_cvtsi32_si128(__builtin_ctzl((unsigned long)G));
-    const __m512i lane8 = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
-    const __m512i lo4 = _mm512_set1_epi16(0x000f), b128 = _mm512_set1_epi16(0x4300);
+    const q4k k = q4k_of(w);
     for (long r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + r * row_bytes;
         /* the scales and biases are two more streams beside the codes; asking for
@@ -326,22 +359,16 @@ INLINE void q4dot_nt(const weight *w, const uint16_t *const *xo, const float *co
             const long c1 = (g0 + 16) * G < n ? (g0 + 16) * G : n;
             for (long c = g0 * G; c < c1; c += 128) {
                 _mm_prefetch((const char *)row + c / 2 + Q4_PF, _MM_HINT_T0);
-                const long left = (n - c) / 2;
-                const __m512i v = left >= 64 ? _mm512_loadu_si512(row + c / 2)
-                                             : _mm512_maskz_loadu_epi8(((__mmask64)1 << left) - 1, row + c / 2);
-                const __m512i q0 = _mm512_ternarylogic_epi32(v, lo4, b128, 0xea); /* (v & lo4) | b128 */
-                const __m512i q1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), lo4, b128, 0xea);
-                const __m512i q2 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 8), lo4, b128, 0xea);
-                const __m512i q3 = _mm512_or_si512(_mm512_srli_epi16(v, 12), b128);
-                const __m512 s = _mm512_permutexvar_ps(
-                    _mm512_srl_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)(c - g0 * G)), lane8), gshift), sv);
+                __m512i q[4];
+                q4_unpack(&k, q4_load(row, c, n), q);
+                const __m512 s = _mm512_permutexvar_ps(q4_lane_groups(&k, c, g0, G), sv);
                 UNROLL
                 for (int t = 0; t < nt; t++) {
                     const uint16_t *x = xo[t] + c;
-                    __m512 d0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)q0, (__m512bh)_mm512_loadu_si512(x));
-                    __m512 d1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)q1, (__m512bh)_mm512_loadu_si512(x + 32));
-                    d0 = _mm512_dpbf16_ps(d0, (__m512bh)q2, (__m512bh)_mm512_loadu_si512(x + 64));
-                    d1 = _mm512_dpbf16_ps(d1, (__m512bh)q3, (__m512bh)_mm512_loadu_si512(x + 96));
+                    __m512 d0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)q[0], (__m512bh)_mm512_loadu_si512(x));
+                    __m512 d1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)q[1], (__m512bh)_mm512_loadu_si512(x + 32));
+                    d0 = _mm512_dpbf16_ps(d0, (__m512bh)q[2], (__m512bh)_mm512_loadu_si512(x + 64));
+                    d1 = _mm512_dpbf16_ps(d1, (__m512bh)q[3], (__m512bh)_mm512_loadu_si512(x + 96));
                     a0[t] = _mm512_fmadd_ps(d0, s, a0[t]);
                     a1[t] = _mm512_fmadd_ps(d1, s, a1[t]);
                 }
@@ -362,9 +389,7 @@ INLINE void q4dot_nt(const weight *w, const uint16_t *const *xo, const float *co
 #define Q4_STREAMS 4
 INLINE void q4dot_streams(const weight *w, const uint16_t *xo, const float *xsum, float *y, long r0, long r1) {
     const long n = (long)w->cols, G = w->group, ng = n / G, row_bytes = n / 2, q = (r1 - r0) / Q4_STREAMS;
-    const __m128i gshift = _mm_cvtsi32_si128(__builtin_ctzl((unsigned long)G));
-    const __m512i lane8 = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
-    const __m512i lo4 = _mm512_set1_epi16(0x000f), b128 = _mm512_set1_epi16(0x4300);
+    const q4k kk = q4k_of(w);
     const long sbytes = w->stype == SC_F32 ? 4 : 2;
     for (long i = 0; i < q; i++) {
         long r[Q4_STREAMS];
@@ -390,24 +415,19 @@ INLINE void q4dot_streams(const weight *w, const uint16_t *xo, const float *xsum
             }
             const long c1 = (g0 + 16) * G < n ? (g0 + 16) * G : n;
             for (long c = g0 * G; c < c1; c += 128) {
-                const long left = (n - c) / 2;
                 const __m512bh x0 = (__m512bh)_mm512_loadu_si512(xo + c), x1 = (__m512bh)_mm512_loadu_si512(xo + c + 32);
                 const __m512bh x2 = (__m512bh)_mm512_loadu_si512(xo + c + 64), x3 = (__m512bh)_mm512_loadu_si512(xo + c + 96);
-                const __m512i idx = _mm512_srl_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)(c - g0 * G)), lane8), gshift);
+                const __m512i idx = q4_lane_groups(&kk, c, g0, G);
                 UNROLL
                 for (int k = 0; k < Q4_STREAMS; k++) {
                     _mm_prefetch((const char *)row[k] + c / 2 + Q4_PF, _MM_HINT_T0);
-                    const __m512i v = left >= 64 ? _mm512_loadu_si512(row[k] + c / 2)
-                                                 : _mm512_maskz_loadu_epi8(((__mmask64)1 << left) - 1, row[k] + c / 2);
-                    const __m512i q0 = _mm512_ternarylogic_epi32(v, lo4, b128, 0xea);
-                    const __m512i q1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), lo4, b128, 0xea);
-                    const __m512i q2 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 8), lo4, b128, 0xea);
-                    const __m512i q3 = _mm512_or_si512(_mm512_srli_epi16(v, 12), b128);
+                    __m512i cq[4];
+                    q4_unpack(&kk, q4_load(row[k], c, n), cq);
                     const __m512 sc = _mm512_permutexvar_ps(idx, sv[k]);
-                    __m512 d0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)q0, x0);
-                    __m512 d1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)q1, x1);
-                    d0 = _mm512_dpbf16_ps(d0, (__m512bh)q2, x2);
-                    d1 = _mm512_dpbf16_ps(d1, (__m512bh)q3, x3);
+                    __m512 d0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)cq[0], x0);
+                    __m512 d1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)cq[1], x1);
+                    d0 = _mm512_dpbf16_ps(d0, (__m512bh)cq[2], x2);
+                    d1 = _mm512_dpbf16_ps(d1, (__m512bh)cq[3], x3);
                     a0[k] = _mm512_fmadd_ps(d0, sc, a0[k]);
                     a1[k] = _mm512_fmadd_ps(d1, sc, a1[k]);
                 }
@@ -434,9 +454,7 @@ INLINE void q4dot_streams(const weight *w, const uint16_t *xo, const float *xsum
 INLINE void q4dot_pair_nt(const weight *w, const uint16_t *const *xo, const float *const *xsum, float *y, int t0, int nt,
                       long r0, long r1) {
     const long n = (long)w->cols, G = w->group, ng = n / G, row_bytes = n / 2;
-    const __m128i gshift = _mm_cvtsi32_si128(__builtin_ctzl((unsigned long)G));
-    const __m512i lane8 = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
-    const __m512i lo4 = _mm512_set1_epi16(0x000f), b128 = _mm512_set1_epi16(0x4300);
+    const q4k k = q4k_of(w);
     for (long r = r0; r < r1; r += 2) {
         const long r2 = r + 1 < r1 ? r + 1 : r; /* a lone last row pairs with itself: the same sums in any split */
         const uint8_t *ra = (const uint8_t *)w->data + r * row_bytes, *rb = (const uint8_t *)w->data + r2 * row_bytes;
@@ -462,32 +480,24 @@ INLINE void q4dot_pair_nt(const weight *w, const uint16_t *const *xo, const floa
             for (long c = g0 * G; c < c1; c += 128) {
                 _mm_prefetch((const char *)ra + c / 2 + Q4_PF, _MM_HINT_T0);
                 _mm_prefetch((const char *)rb + c / 2 + Q4_PF, _MM_HINT_T0);
-                const long left = (n - c) / 2;
-                const __mmask64 lm = left >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << left) - 1;
-                const __m512i va = _mm512_maskz_loadu_epi8(lm, ra + c / 2), vb = _mm512_maskz_loadu_epi8(lm, rb + c / 2);
-                const __m512i qa0 = _mm512_ternarylogic_epi32(va, lo4, b128, 0xea);
-                const __m512i qa1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(va, 4), lo4, b128, 0xea);
-                const __m512i qa2 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(va, 8), lo4, b128, 0xea);
-                const __m512i qa3 = _mm512_or_si512(_mm512_srli_epi16(va, 12), b128);
-                const __m512i qb0 = _mm512_ternarylogic_epi32(vb, lo4, b128, 0xea);
-                const __m512i qb1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(vb, 4), lo4, b128, 0xea);
-                const __m512i qb2 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(vb, 8), lo4, b128, 0xea);
-                const __m512i qb3 = _mm512_or_si512(_mm512_srli_epi16(vb, 12), b128);
-                const __m512i idx = _mm512_srl_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)(c - g0 * G)), lane8), gshift);
+                __m512i qa[4], qb[4];
+                q4_unpack(&k, q4_load(ra, c, n), qa);
+                q4_unpack(&k, q4_load(rb, c, n), qb);
+                const __m512i idx = q4_lane_groups(&k, c, g0, G);
                 const __m512 sa = _mm512_permutexvar_ps(idx, sva), sb = _mm512_permutexvar_ps(idx, svb);
                 UNROLL
                 for (int t = 0; t < nt; t++) {
                     const uint16_t *x = xo[t] + c;
                     const __m512bh x0 = (__m512bh)_mm512_loadu_si512(x), x1 = (__m512bh)_mm512_loadu_si512(x + 32);
                     const __m512bh x2 = (__m512bh)_mm512_loadu_si512(x + 64), x3 = (__m512bh)_mm512_loadu_si512(x + 96);
-                    __m512 da0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)qa0, x0);
-                    __m512 db0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)qb0, x0);
-                    __m512 da1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)qa1, x1);
-                    __m512 db1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)qb1, x1);
-                    da0 = _mm512_dpbf16_ps(da0, (__m512bh)qa2, x2);
-                    db0 = _mm512_dpbf16_ps(db0, (__m512bh)qb2, x2);
-                    da1 = _mm512_dpbf16_ps(da1, (__m512bh)qa3, x3);
-                    db1 = _mm512_dpbf16_ps(db1, (__m512bh)qb3, x3);
+                    __m512 da0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)qa[0], x0);
+                    __m512 db0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)qb[0], x0);
+                    __m512 da1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)qa[1], x1);
+                    __m512 db1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)qb[1], x1);
+                    da0 = _mm512_dpbf16_ps(da0, (__m512bh)qa[2], x2);
+                    db0 = _mm512_dpbf16_ps(db0, (__m512bh)qb[2], x2);
+                    da1 = _mm512_dpbf16_ps(da1, (__m512bh)qa[3], x3);
+                    db1 = _mm512_dpbf16_ps(db1, (__m512bh)qb[3], x3);
                     aa[t] = _mm512_fmadd_ps(_mm512_add_ps(da0, da1), sa, aa[t]);
                     ab[t] = _mm512_fmadd_ps(_mm512_add_ps(db0, db1), sb, ab[t]);
                 }
