@@ -164,8 +164,41 @@ static void silu_avx512_range(void) {
     free(g), free(u), free(y);
 }
 
+/* rmsnorm and add + rmsnorm on widths off the 8 partial sums (sum_squares' tail) */
+static void norm_ragged_widths(void) {
+    backend *b = backend_cpu_new(1, 64);
+    CHECK(b != NULL, "backend");
+    if (!b) return;
+    static const int widths[] = {1, 5, 7, 9, 15, 1027};
+    for (size_t k = 0; k < sizeof widths / sizeof *widths; k++) {
+        const int n = widths[k];
+        float *x = malloc(sizeof(float) * 2 * n), *y = malloc(sizeof(float) * 2 * n), *xm = malloc(sizeof(float) * 2 * n);
+        float *d = malloc(sizeof(float) * 2 * n), *w = malloc(sizeof(float) * n);
+        for (int i = 0; i < 2 * n; i++) x[i] = 3 * rnd(), d[i] = rnd();
+        for (int i = 0; i < n; i++) w[i] = 1 + 0.5f * rnd();
+        b->ops->rmsnorm(b, x, w, y, 2, n, 1e-6f, 0);
+        memcpy(xm, x, sizeof(float) * 2 * n);
+        float *y2 = malloc(sizeof(float) * 2 * n);
+        b->ops->add_rmsnorm(b, xm, d, w, NULL, y2, 2, n, 1e-6f, 0);
+        double worst = 0, worst_add = 0;
+        for (int t = 0; t < 2; t++) {
+            double ss = 0, sd = 0;
+            for (int i = 0; i < n; i++) ss += (double)x[t * n + i] * x[t * n + i], sd += (double)d[t * n + i] * d[t * n + i];
+            const double s = 1 / sqrt(ss / n + 1e-6), sdn = 1 / sqrt(sd / n + 1e-6);
+            for (int i = 0; i < n; i++) {
+                worst = fmax(worst, fabs(y[t * n + i] - x[t * n + i] * s * w[i]));
+                worst_add = fmax(worst_add, fabs(xm[t * n + i] - (x[t * n + i] + d[t * n + i] * sdn * w[i])));
+            }
+        }
+        CHECK(worst < 1e-5 && worst_add < 1e-5, "width %d: rmsnorm err %g, add+rmsnorm err %g", n, worst, worst_add);
+        free(x), free(y), free(xm), free(d), free(w), free(y2);
+    }
+    backend_free(b);
+}
+
 int main(void) {
     RUN(split_same_bits);
+    RUN(norm_ragged_widths);
     RUN(strided_glu_and_split);
     RUN(silu_avx512_range);
     return harness_done();

@@ -447,8 +447,8 @@ INLINE void q4dot_streams(const weight *w, const uint16_t *xo, const float *xsum
  * depend on where a task's rows start. Measured (thirteenth session, Zen 5, quiet;
  * docs/benchmarks/cpu-core.md): per core in cache (bench_mm -f q4 -P fast -c -t 1, one
  * layer of qwen3-0.6b) T=2 156-158 -> 178-185 GFLOP/s, T=4 197-202 -> 227-240, T=8
- * 190-205 -> 235-239; end to end (celer bench -npl, 2 threads) 8 sequences +1-5% in
- * every alternation, but 2 sequences -14 to -18% and 4 sequences -1 to -4%: with
+ * 190-205 -> 235-239; end to end (celer bench -npl, 2 threads) 8 sequences ahead in
+ * each of five alternations (+1-5% where both arms ran in the VM's same state), but 2 sequences -14 to -18% and 4 sequences -1 to -4%: with
  * one pass the weights stream from memory, and there pairs lose (one sequence: 23 ->
  * 15 GB/s per core in bench_mm). So products of 1-4 rows keep q4dot_nt. */
 INLINE void q4dot_pair_nt(const weight *w, const uint16_t *const *xo, const float *const *xsum, float *y, int t0, int nt,
