@@ -6,11 +6,15 @@
  * (only values change: the graph is replayed); at step 300 the session goes back
  * 40 steps to a snapshot (positions, slots and key counts go back) and goes on. Every step's logits: within
  * 5e-2 of the CPU and the same clear top token, and identical bit for bit with and
- * without graphs (the kernels and their order are the same). Run by `make test-cuda`. */
+ * without graphs (the kernels and their order are the same), with the small kernels'
+ * launch order chosen per graph (CELER_PDL_LATE=auto, the default: each graph's
+ * choice is made within the run, as CELER_STATS reports) and fixed late (63). Run by
+ * `make test-cuda`. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/settings.h"
 #include "celer.h"
@@ -20,8 +24,9 @@
 enum { PROMPT = 20, STEPS = 600, REWIND_AT = 300, REWIND = 40 };
 
 /* Logits of the prompt's last row and of every step into out [1 + STEPS, V]. */
-static int run(const char *dir, const char *device, int graphs, const int32_t *tok, float *out, int V) {
+static int run(const char *dir, const char *device, int graphs, const char *late, const int32_t *tok, float *out, int V) {
     setting_override(SET_CELER_GRAPH, graphs ? "1" : "0");
+    setting_override(SET_CELER_PDL_LATE, late);
     celer_model *m = celer_model_open_on(dir, 2, device);
     if (!m) return -1;
     celer_session *s = celer_session_new(m, 1024, 32);
@@ -39,6 +44,34 @@ static int run(const char *dir, const char *device, int graphs, const int32_t *t
     return rc;
 }
 
+/* The graph run with the launch order chosen per graph, CELER_STATS on and stderr
+ * caught: its summary of the choices goes to chose [256]. */
+static int auto_run(const char *dir, const int32_t *tok, float *out, int V, char *chose) {
+    char path[] = "/tmp/celer-graph-XXXXXX";
+    const int fd = mkstemp(path), saved = dup(2);
+    if (fd < 0 || saved < 0) return -1;
+    setting_override(SET_CELER_STATS, "1");
+    fflush(stderr);
+    dup2(fd, 2);
+    const int rc = run(dir, "cuda", 1, NULL, tok, out, V);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    setting_override(SET_CELER_STATS, NULL);
+    char buf[1 << 16];
+    const ssize_t k = pread(fd, buf, sizeof buf - 1, 0);
+    buf[k > 0 ? k : 0] = 0;
+    close(fd);
+    unlink(path);
+    const char *line = strstr(buf, "step graphs timed");
+    if (line) {
+        while (line > buf && line[-1] != '\n') line--;
+        snprintf(chose, 256, "%.*s", (int)strcspn(line, "\n"), line);
+    }
+    if (rc != 0) fputs(buf, stderr);
+    return rc;
+}
+
 static void graphs_match(const char *dir) {
     celer_model *m = celer_model_open_on(dir, 1, "cpu");
     CHECK(m != NULL, "%s: %s", dir, celer_last_error());
@@ -51,29 +84,36 @@ static void graphs_match(const char *dir) {
     int32_t tok[PROMPT + STEPS];
     unsigned seed = 11;
     for (int i = 0; i < PROMPT + STEPS; i++) tok[i] = (int32_t)(rand_r(&seed) % (unsigned)(V - 1)) + 1;
-    float *cpu = malloc(n * sizeof *cpu), *g = malloc(n * sizeof *g), *ng = malloc(n * sizeof *ng);
-    CHECK(cpu && g && ng, "out of memory");
-    if (cpu && g && ng && run(dir, "cpu", 0, tok, cpu, V) == 0 && run(dir, "cuda", 1, tok, g, V) == 0 &&
-        run(dir, "cuda", 0, tok, ng, V) == 0) {
+    float *cpu = malloc(n * sizeof *cpu), *g = malloc(n * sizeof *g), *ng = malloc(n * sizeof *ng),
+          *late = malloc(n * sizeof *late);
+    CHECK(cpu && g && ng && late, "out of memory");
+    char chose[256] = "";
+    if (cpu && g && ng && late && run(dir, "cpu", 0, NULL, tok, cpu, V) == 0 && auto_run(dir, tok, g, V, chose) == 0 &&
+        run(dir, "cuda", 1, "63", tok, late, V) == 0 && run(dir, "cuda", 0, NULL, tok, ng, V) == 0) {
         double e = 0;
-        size_t differ = 0;
+        size_t differ = 0, differ_late = 0;
         for (size_t i = 0; i < n; i++) {
             double d = fabs((double)cpu[i] - g[i]);
             if (!(d <= e)) e = d;
             differ += memcmp(&g[i], &ng[i], sizeof *g) != 0;
+            differ_late += memcmp(&late[i], &ng[i], sizeof *g) != 0;
         }
         int flips = fixture_argmax_flips(g, cpu, (int)rows, V, 0.05f);
         printf("  %s: %zu steps: max |graph - cpu| = %.3g, %d clear top-token differences, %zu values differ "
-               "from the op-by-op run\n", dir, rows, e, flips, differ);
+               "from the op-by-op run (%zu launching late); %s\n", dir, rows, e, flips, differ, differ_late, chose);
         CHECK(e <= 5e-2, "%s: max |graph - cpu| = %g (tolerance 5e-2)", dir, e);
         CHECK(flips == 0, "%s: %d steps with a different clear top token", dir, flips);
         CHECK(differ == 0, "%s: %zu logits differ between graph and op-by-op runs", dir, differ);
+        CHECK(differ_late == 0, "%s: %zu logits differ between late-launching graphs and op-by-op runs", dir, differ_late);
+        CHECK(strstr(chose, "timed their small kernels' launch order") != NULL,
+              "%s: no step graph chose its launch order (CELER_STATS said: %s)", dir, chose);
     } else {
         CHECK(0, "%s: a run failed", dir);
     }
     free(cpu);
     free(g);
     free(ng);
+    free(late);
 }
 
 static void default_model(void) { graphs_match("models/default"); }

@@ -730,6 +730,23 @@ static void bench(void) {
     }
 }
 
+/* The launch-order mask reaches every .cu file's copy (each has its own without
+ * relocatable device code): the four files with small decode kernels at least, all
+ * reading the mask set last; a mask out of range is refused. */
+static void launch_order(void) {
+    int m[32];
+    for (int mask = 21; mask >= 0; mask -= 21) {
+        CHECK(cuk_set_late(mask, NULL) == 0, "cuk_set_late(%d): %s", mask, err_msg());
+        CK(cudaDeviceSynchronize());
+        const int n = cuk_late_files(m, 32);
+        CHECK(n >= 4 && n <= 32, "%d files registered a launch-order mask", n);
+        int wrong = 0;
+        for (int i = 0; i < n && i < 32; i++) wrong += m[i] != mask;
+        CHECK(wrong == 0, "%d of %d files read a mask other than %d", wrong, n, mask);
+    }
+    CHECK(cuk_set_late(64, NULL) != 0 && strstr(err_msg(), "outside 0..63"), "mask 64 accepted: %s", err_msg());
+}
+
 int main(int argc, char **argv) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -738,6 +755,7 @@ int main(int argc, char **argv) {
     }
     if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) { printf("cublasCreate failed\n"); return 1; }
     if (!(argc > 1 && strcmp(argv[1], "--bench-only") == 0)) {
+        RUN(launch_order);
         RUN(matmul_formats);
         RUN(skinny);
         RUN(ops);

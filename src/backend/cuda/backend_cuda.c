@@ -536,6 +536,9 @@ static void destroy(backend *b) {
                             "one, %.1f uploads, %.3f ms on the host from the last result to the end of enqueueing\n",
                     c->r_forwards, (double)c->r_calls / c->r_forwards, (double)c->r_uploads / c->r_forwards,
                     1e3 * c->r_enqueue / c->r_forwards);
+        if (setting_flag(SET_CELER_STATS) && c->n_late_chosen > 0)
+            fprintf(stderr, "cuda: %ld step graphs timed their small kernels' launch order: %ld chose late\n",
+                    c->n_late_chosen, c->n_late_late);
         if (c->profile && c->n_forwards > 0) cuda_profile_print(c);
         if (c->stream) cudaStreamSynchronize(c->stream);
         cuda_steps_free(c);
@@ -620,6 +623,7 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols, const cuda_host
     b->device_id = device_id;
     c->id = device_id;
     c->graphs_off = -1;
+    late_init(c);
     const char *prec = setting_str(SET_CELER_PRECISION); /* checked by the model (model/precision.c) */
     b->fast = !(prec && strcmp(prec, "exact") == 0);
     c->self = b;

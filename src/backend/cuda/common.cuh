@@ -50,25 +50,30 @@ __device__ __forceinline__ void cuk_pdl_start() {
 #endif
 }
 
-/* The small kernels of a decode step, by kind (the bits of CUK_PDL_LATE, a build
- * switch: -DCUK_PDL_LATE=MASK in NVCC; 0, today's order, by default): a kind whose bit is
- * set lets the next kernel launch only once the kernel before it has finished, so a
- * product that follows starts (and asks for its first weights) while the small kernel
- * runs, not while the product before it still streams its own. Measured both ways in
- * docs/benchmarks/cuda-batched.md (twelfth session): every kind late gave gemma3-4b
- * +8.5%, llama3-8b -1.3% and its q4 -3.5%. */
+/* The small kernels of a decode step, by kind: the bits of the launch-order mask. A
+ * kind whose bit is set lets the next kernel launch only once the kernel before it has
+ * finished, so a product that follows starts (and asks for its first weights) while
+ * the small kernel runs, not while the product before it still streams its own. Which
+ * order is faster depends on the model (docs/benchmarks/cuda-batched.md, twelfth
+ * session: every kind late gave gemma3-4b +8.5%, llama3-8b -1.3% and its q4 -3.5%), so
+ * the mask is a value read at run time: each step graph times both orders over its
+ * first replays and keeps the faster (late_order.c; CELER_PDL_LATE fixes it). */
 #define CUK_LATE_NORM 1  /* rmsnorm, add + rmsnorm */
 #define CUK_LATE_ROPE 2  /* q/k norm + RoPE, RoPE */
 #define CUK_LATE_GLU 4   /* gated activations */
 #define CUK_LATE_PUT 8   /* KV row writes */
 #define CUK_LATE_ATTN 16 /* attention (CUDA-core and flash) and the merges of its splits */
 #define CUK_LATE_OTHER 32
-#ifndef CUK_PDL_LATE
-#define CUK_PDL_LATE 0
-#endif
+#define CUK_LATE_ALL 63
+
+/* The mask in force. Without relocatable device code every .cu file has its own copy;
+ * each registers a setter and a getter below (a static initializer), and
+ * cuk_set_late (ops.cu) sets them all. */
+static __constant__ int cuk_late_mask;
+
 __device__ __forceinline__ void cuk_pdl_start_small(int kind) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (CUK_PDL_LATE & kind) {
+    if (cuk_late_mask & kind) {
         asm volatile("griddepcontrol.wait;" ::: "memory");
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
         return;
@@ -76,6 +81,22 @@ __device__ __forceinline__ void cuk_pdl_start_small(int kind) {
 #endif
     cuk_pdl_start();
 }
+
+/* src: a device address holding the mask (a stream-ordered copy, no host staging) */
+typedef struct {
+    void (*set)(const int *src, cudaStream_t s);
+    int (*get)(void);
+} cuk_late_file;
+extern "C" int cuk_late_register(cuk_late_file f);
+static void cuk_late_set_here(const int *src, cudaStream_t s) {
+    cudaMemcpyToSymbolAsync(cuk_late_mask, src, sizeof(int), 0, cudaMemcpyDeviceToDevice, s);
+}
+static int cuk_late_get_here(void) {
+    int m = -1;
+    if (cudaMemcpyFromSymbol(&m, cuk_late_mask, sizeof m) != cudaSuccess) return -1;
+    return m;
+}
+__attribute__((unused)) static const int cuk_late_registered = cuk_late_register({cuk_late_set_here, cuk_late_get_here});
 
 /* Set (cuk_set_pdl) while a recorded decode step is captured or run: prefill's large
  * grids measured slower with early launches (their waiting blocks hold SM slots). */

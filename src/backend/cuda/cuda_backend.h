@@ -59,6 +59,22 @@ typedef struct {
     } u;
 } step_op;
 
+/* The small kernels' launch order a step graph runs with, and the timing of its first
+ * replays while the order is chosen (late_order.c). */
+#define LATE_SAMPLES 5 /* timed replays of each order */
+typedef struct {
+    int mask;          /* the CUK_LATE_* bits its replays run with */
+    int left;          /* timed replays still wanted; 0: chosen */
+    int warm;          /* replays to run untimed before timing starts */
+    int pending;       /* ev holds a timed replay not read yet, run with order `cand` */
+    int timing;        /* between late_before and late_after of a timed replay */
+    int cand;          /* 0: every kind early (mask 0), 1: every kind late */
+    int n[2];          /* samples of each order */
+    float ms[2][LATE_SAMPLES];
+    cudaEvent_t ev[2]; /* around the timed replay */
+    uint64_t key;      /* the op list's hash: the choice is remembered under it */
+} late_order;
+
 /* A captured step: its ops and the graph they were captured into. */
 typedef struct {
     step_op *ops;
@@ -66,7 +82,10 @@ typedef struct {
     cudaGraphExec_t exec;
     long used; /* step counter at the last launch (least recently used is evicted) */
     cudaEvent_t *ev; /* CELER_PROFILE=2: [n + 1] events recorded in the graph around its ops */
+    late_order late;
 } step_graph;
+
+#define LATE_MEMO 32 /* op lists whose launch order is remembered after their graph goes */
 
 #define STEP_GRAPHS 16 /* a few key-count buckets for each batch-size bucket in use */
 #define STEP_VALUES ((size_t)2 << 20) /* bytes of one step's values (a batched step's descriptors: ~600 KiB at 256 rows) */
@@ -102,6 +121,12 @@ typedef struct {
     void *dvalues;        /* [STEP_VALUES] device: what the ops read */
     step_graph graphs[STEP_GRAPHS];
     long steps;
+    /* the small kernels' launch order (late_order.c) */
+    int late_fixed;       /* CELER_PDL_LATE as a mask, or -1: each graph chooses */
+    int late_now;         /* the mask last set on the GPU by this backend; -1: not set */
+    struct { uint64_t key; int mask; } late_memo[LATE_MEMO];
+    int n_late_memo;      /* choices remembered (a ring past LATE_MEMO) */
+    long n_late_chosen, n_late_late; /* CELER_STATS: graphs that chose, and chose late */
     /* The fast precision's staged activations: xbf holds bf16(xbf_src [xbf_n]) when
      * xbf_seq + 1 == op_seq, i.e. the last op enqueued was the product that staged it
      * and nothing else has written device memory since (op_seq counts every op run and
@@ -198,6 +223,15 @@ int cuda_nccl_all_reduce(cuda_backend *c, float *x, long n, cudaStream_t st);
 /* work: [tp_world, T, w] floats (gath) */
 int cuda_nccl_gather_cols(cuda_backend *c, float *full, const float *part, int T, int w, int W, void *work,
                           cudaStream_t st);
+/* late_order.c: the small kernels' launch order of each step graph. late_init reads
+ * CELER_PDL_LATE; late_captured starts a new graph's choice; late_before (before the
+ * graph's launch: sets the mask, starts a timed replay) and late_after (after it) time
+ * its first replays, both orders alternately, and keep the faster. */
+void late_init(cuda_backend *c);
+void late_captured(cuda_backend *c, step_graph *g);
+void late_before(cuda_backend *c, step_graph *g);
+void late_after(cuda_backend *c, step_graph *g);
+void late_drop(step_graph *g);
 /* CELER_PROFILE: the per-kind GPU times, printed when the backend is destroyed */
 void cuda_profile_print(const cuda_backend *c);
 #endif

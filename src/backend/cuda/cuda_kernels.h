@@ -22,6 +22,12 @@ typedef struct CUstream_st *cuk_stream;
  * recorded decode step is captured or run. */
 void cuk_set_pdl(int on);
 
+/* The small kernels' launch order in decode steps (common.cuh's CUK_LATE_* bits, 0..63):
+ * enqueued on s, in force for every kernel that runs after it on this GPU. */
+int cuk_set_late(int mask, cuk_stream s);
+/* Tests: the mask each .cu file's kernels read now (masks [cap]); returns the count. */
+int cuk_late_files(int *masks, int cap);
+
 /* Batch sizes up to CUK_MV_MAX_T use the matrix-vector kernels; larger ones GEMM. */
 #define CUK_MV_MAX_T 8
 

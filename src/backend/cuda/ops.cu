@@ -13,6 +13,35 @@ thread_local int cuk_pdl_step;
 
 extern "C" void cuk_set_pdl(int on) { cuk_pdl_step = on; }
 
+/* ---- the launch-order mask (common.cuh) ---- */
+
+/* Every .cu file's copy of the mask; filled by static initializers before main, so a
+ * plain zero-initialized array (no constructor runs before it). */
+static cuk_late_file late_files[32];
+static int n_late_files;
+
+extern "C" int cuk_late_register(cuk_late_file f) {
+    if (n_late_files < (int)(sizeof late_files / sizeof *late_files)) late_files[n_late_files++] = f;
+    return n_late_files;
+}
+
+/* The copies' sources: mask m at [m], in device memory so a copy is stream-ordered and
+ * never waits for the host. */
+static __device__ const int late_values[CUK_LATE_ALL + 1] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+
+extern "C" int cuk_set_late(int mask, cuk_stream s) {
+    if (mask < 0 || mask > CUK_LATE_ALL) return err_set("cuda launch order: mask %d outside 0..%d", mask, CUK_LATE_ALL);
+    const int *v = NULL;
+    if (cudaGetSymbolAddress((void **)&v, late_values) != cudaSuccess) return cuk_check("launch order (values)");
+    for (int i = 0; i < n_late_files; i++) late_files[i].set(v + mask, s);
+    return cuk_check("launch order");
+}
+
+extern "C" int cuk_late_files(int *masks, int cap) {
+    for (int i = 0; i < n_late_files && i < cap; i++) masks[i] = late_files[i].get();
+    return n_late_files;
+}
+
 static inline unsigned blocks_for(long n, int per) { return (unsigned)((n + per - 1) / per); }
 
 /* sum of v over the block (blockDim a multiple of 32), every norm reduces this way, so fused and

@@ -446,6 +446,7 @@ static void graph_drop(step_graph *g) {
         if (g->ev[i]) cudaEventDestroy(g->ev[i]);
     free(g->ev);
     free(g->ops);
+    late_drop(g);
     memset(g, 0, sizeof *g);
 }
 
@@ -488,6 +489,7 @@ static step_graph *capture(cuda_backend *c) {
         return NULL;
     }
     c->n_captures++;
+    late_captured(c, g);
     return g;
 }
 
@@ -520,7 +522,9 @@ void cuda_step_end(backend *b) {
         g->used = c->steps;
         c->n_replays++;
         cuda_touch(c);
+        late_before(c, g);
         cuda_ok(c, cudaGraphLaunch(g->exec, c->stream), "graph launch");
+        late_after(c, g);
         if (c->profile == 2) prof_graph(c, g);
     } else {
         /* a new list: run it, and keep it to capture if the next step repeats it */
