@@ -505,6 +505,136 @@ static void attention(void) {
     cuk_flash_decode_set(0);
 }
 
+/* The batched decode kernel (cuk_attention_batch): NS sequences of
+ * lengths len[i] (0: a padding row), one query each, paged (64-row blocks in
+ * scattered order) or contiguous, keys in ring order, float32 or bf16 rows. */
+static void check_attention_batch(int NS, const int *len, int hd, int nh, int nkv, int window, float softcap, int sinks,
+                                  int bf16, int paged) {
+    const long row = (long)nkv * hd;
+    int total = 0, maxn = 0;
+    for (int i = 0; i < NS; i++) total += (len[i] + 63) / 64 * 64, maxn = len[i] > maxn ? len[i] : maxn;
+    float *q = malloc((size_t)NS * nh * hd * 4), *k = malloc((size_t)total * row * 4), *v = malloc((size_t)total * row * 4);
+    float sk[64], *out = malloc((size_t)NS * nh * hd * 4);
+    uint16_t *kb = malloc((size_t)total * row * 2), *vb = malloc((size_t)total * row * 2);
+    int32_t *kp = malloc((size_t)total * 4), qp[64], *tab = malloc((size_t)(total / 64 + 1) * 4);
+    for (long i = 0; i < (long)NS * nh * hd; i++) q[i] = frand();
+    for (long i = 0; i < (long)total * row; i++) {
+        k[i] = frand(), v[i] = frand();
+        kb[i] = f32_to_bf16(k[i]), vb[i] = f32_to_bf16(v[i]);
+        if (bf16) k[i] = bf16_to_f32(kb[i]), v[i] = bf16_to_f32(vb[i]);
+    }
+    for (int i = 0; i < 64; i++) sk[i] = frand();
+    const int nb = total / 64;
+    for (int b = 0; b < nb; b++) tab[b] = (b * 37 + 11) % nb; /* a permutation when 37 and nb are coprime */
+    for (int b = 0; b < nb; b++)
+        for (int c = 0; c < b; c++)
+            if (tab[c] == tab[b]) tab[b] = -1;
+    for (int b = 0, f = 0; b < nb; b++) /* repair: the unused blocks in order */
+        if (tab[b] < 0) {
+            for (;; f++) {
+                int used = 0;
+                for (int c = 0; c < nb; c++) used |= tab[c] == f;
+                if (!used) break;
+            }
+            tab[b] = f++;
+        }
+    void *dk = bf16 ? dup_dev(kb, (size_t)total * row * 2) : dup_dev(k, (size_t)total * row * 4);
+    void *dv = bf16 ? dup_dev(vb, (size_t)total * row * 2) : dup_dev(v, (size_t)total * row * 4);
+    int32_t *dtab = dup_dev(tab, (size_t)nb * 4);
+    cuk_attn_seq sd[64];
+    memset(sd, 0, sizeof sd);
+    /* sequence i owns view rows base[i] / 64 .. of the table (paged) or of the buffer */
+    int base = 0;
+    for (int i = 0; i < NS; i++) {
+        const int n = len[i], b0 = base / 64;
+        for (int j = 0; j < n; j++) {
+            const long pr = paged ? (long)tab[b0 + j / 64] * 64 + j % 64 : base + j;
+            kp[pr] = (j + n / 3) % n; /* ring order */
+        }
+        qp[i] = n - 1 + (i % 2); /* the newest key, or one past it */
+        if (n > 0) {
+            const size_t es = bf16 ? 2 : 4;
+            sd[i].k = paged ? dk : (char *)dk + (size_t)base * row * es;
+            sd[i].v = paged ? dv : (char *)dv + (size_t)base * row * es;
+            sd[i].n = n;
+            sd[i].stride = row;
+            sd[i].blocks = paged ? dtab + b0 : NULL;
+        }
+        base += (n + 63) / 64 * 64;
+    }
+    int32_t *dkp = dup_dev(kp, (size_t)total * 4);
+    for (int i = 0; i < NS; i++)
+        if (sd[i].k) sd[i].pos = paged ? dkp : dkp + (sd[i].k == dk ? 0 : ((char *)sd[i].k - (char *)dk) / (long)(row * (bf16 ? 2 : 4)));
+    attn_params p = {nh, nkv, hd, 1.f / sqrtf((float)hd), window, softcap, NULL};
+    float *dq = dup_dev(q, (size_t)NS * nh * hd * 4), *dsk = dup_dev(sk, sizeof sk), *dout, *work;
+    int32_t *dqp = dup_dev(qp, (size_t)NS * 4);
+    cuk_attn_seq *dsd = dup_dev(sd, (size_t)NS * sizeof *sd);
+    if (sinks) p.sinks = dsk;
+    const int mk = cuk_attention_batch_bucket(maxn);
+    CK(cudaMalloc((void **)&dout, (size_t)NS * nh * hd * 4));
+    CK(cudaMalloc((void **)&work, cuk_attention_batch_work(NS, nh, hd, mk) * 4 + 4));
+    {
+        CK(cudaMemset(dout, 0xff, (size_t)NS * nh * hd * 4));
+        CHECK(cuk_attention_batch(dq, dqp, NS, dsd, mk, &p, bf16 ? KVT_BF16 : KVT_F32, dout, work, NULL) == 0, "%s", err_msg());
+        CK(cudaMemcpy(out, dout, (size_t)NS * nh * hd * 4, cudaMemcpyDeviceToHost));
+        double num = 0, den = 0, pad = 0;
+        double *s = malloc((size_t)(maxn + 1) * sizeof *s);
+        for (int i = 0, b = 0; i < NS; b += (len[i] + 63) / 64 * 64, i++)
+            for (int h = 0; h < nh; h++) {
+                const int g = h / (nh / nkv), n = len[i];
+                if (n == 0) {
+                    for (int c = 0; c < hd; c++) pad += fabs(out[((long)i * nh + h) * hd + c]);
+                    continue;
+                }
+                double m = sinks ? sk[h] : -INFINITY;
+                for (int j = 0; j < n; j++) {
+                    const long pr = paged ? (long)tab[b / 64 + j / 64] * 64 + j % 64 : b + j;
+                    s[j] = -INFINITY;
+                    if (kp[pr] > qp[i] || (window > 0 && qp[i] - kp[pr] >= window)) continue;
+                    double d = 0;
+                    for (int c = 0; c < hd; c++) d += (double)q[((long)i * nh + h) * hd + c] * k[pr * row + g * hd + c];
+                    d *= p.scale;
+                    if (softcap > 0) d = softcap * tanh(d / softcap);
+                    s[j] = d;
+                    if (d > m) m = d;
+                }
+                double l = sinks ? exp(sk[h] - m) : 0;
+                for (int j = 0; j < n; j++) if (s[j] > -INFINITY) l += exp(s[j] - m);
+                for (int c = 0; c < hd; c++) {
+                    double a = 0;
+                    for (int j = 0; j < n; j++) {
+                        const long pr = paged ? (long)tab[b / 64 + j / 64] * 64 + j % 64 : b + j;
+                        if (s[j] > -INFINITY) a += exp(s[j] - m) * v[pr * row + g * hd + c];
+                    }
+                    a = l > 0 ? a / l : 0;
+                    const double gv = out[((long)i * nh + h) * hd + c];
+                    num += (gv - a) * (gv - a);
+                    den += a * a;
+                }
+            }
+        free(s);
+        const double e = sqrt(num / (den > 0 ? den : 1));
+        CHECK(e < 1e-5 && pad == 0, "batched attention of %d rows hd=%d G=%d window=%d softcap=%g sinks=%d%s%s: "
+              "relative error %g (tolerance 1e-5), padding rows' sum %g", NS, hd, nh / nkv, window, softcap, sinks, bf16 ? " bf16" : "", paged ? " paged" : "", e, pad);
+    }
+    free(q); free(k); free(v); free(out); free(kb); free(vb); free(kp); free(tab);
+    cudaFree(dk); cudaFree(dv); cudaFree(dtab); cudaFree(dkp); cudaFree(dq); cudaFree(dsk); cudaFree(dout);
+    cudaFree(work); cudaFree(dqp); cudaFree(dsd);
+}
+
+static void attention_batch(void) {
+    const int a[5] = {1, 70, 0, 300, 33}, b[3] = {600, 2, 129}, c[2] = {1000, 64};
+    for (int bf = 0; bf <= 1; bf++)
+        for (int pg = 0; pg <= 1; pg++) {
+            check_attention_batch(5, a, 128, 32, 8, 0, 0, 0, bf, pg);     /* llama3-8b's heads, mixed lengths, splits */
+            check_attention_batch(3, b, 64, 64, 8, 0, 0, 1, bf, pg);      /* gpt-oss: G 8, sinks */
+            check_attention_batch(3, b, 256, 8, 4, 100, 50.f, 0, bf, pg); /* gemma: window, softcap */
+            check_attention_batch(2, c, 512, 4, 1, 0, 0, 1, bf, pg);      /* wide heads */
+            check_attention_batch(5, a, 96, 6, 6, 20, 0, 0, bf, pg);      /* no GQA, 96 */
+            check_attention_batch(2, c, 32, 4, 2, 0, 0, 0, bf, pg);
+        }
+}
+
 /* ---- benchmark: decode matvec bandwidth beside a device-to-device copy ---- */
 
 static float time_ms(cudaEvent_t a, cudaEvent_t b) {
@@ -760,6 +890,7 @@ int main(int argc, char **argv) {
         RUN(skinny);
         RUN(ops);
         RUN(attention);
+        RUN(attention_batch);
     }
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) bench();
     if (argc > 1 && strcmp(argv[1], "--bench-only") == 0) { bench(); cublasDestroy(cublas); return 0; }
