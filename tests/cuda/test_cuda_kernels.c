@@ -395,6 +395,36 @@ static void ops(void) {
     free(x); free(w); free(y); cudaFree(dx); cudaFree(dw); cudaFree(dy);
 }
 
+/* One query head's attention in double against got [hd]: keys at pool rows rows[0..n)
+ * of k, v (row elements apart, channels from off), positions kp [pool row]; adds the
+ * squared error and the squared reference to *num, *den. sink: the head's sink logit
+ * or NULL. */
+static void ref_head(const float *qh, const float *k, const float *v, const long *rows, const int32_t *kp, int n,
+                     int32_t qp, long row, long off, int hd, float scale, int window, float softcap, const float *sink,
+                     const float *got, double *num, double *den) {
+    double *s = malloc((size_t)(n ? n : 1) * sizeof *s), m = sink ? *sink : -INFINITY;
+    for (int j = 0; j < n; j++) {
+        s[j] = -INFINITY;
+        if (kp[rows[j]] > qp || (window > 0 && qp - kp[rows[j]] >= window)) continue;
+        double d = 0;
+        for (int c = 0; c < hd; c++) d += (double)qh[c] * k[rows[j] * row + off + c];
+        d *= scale;
+        if (softcap > 0) d = softcap * tanh(d / softcap);
+        s[j] = d;
+        if (d > m) m = d;
+    }
+    double l = sink ? exp(*sink - m) : 0;
+    for (int j = 0; j < n; j++) if (s[j] > -INFINITY) l += exp(s[j] - m);
+    for (int c = 0; c < hd; c++) {
+        double a = 0;
+        for (int j = 0; j < n; j++) if (s[j] > -INFINITY) a += exp(s[j] - m) * v[rows[j] * row + off + c];
+        a = l > 0 ? a / l : 0;
+        *num += (got[c] - a) * (got[c] - a);
+        *den += a * a;
+    }
+    free(s);
+}
+
 /* bf16: the cache holds bf16 rows (the reference reads the same rounded values);
  * attention over it runs flash attention on the tensor cores (head dims 64-256),
  * which also rounds the queries and the softmax weights to bf16 (tolerance 1e-2) */
@@ -427,37 +457,18 @@ static void check_attention_t(int T, int n, int hd, int nh, int nkv, int window,
     CHECK(cuk_attention(dq, dqp, T, &kv, NULL, &p, dout, work, NULL) == 0, "attention: %s", err_msg());
     CK(cudaMemcpy(out, dout, (size_t)T * nh * hd * 4, cudaMemcpyDeviceToHost));
     double num = 0, den = 0;
-    double *s = malloc(n * sizeof *s);
+    long *rows = malloc((size_t)n * sizeof *rows);
+    for (int j = 0; j < n; j++) rows[j] = j;
     for (int t = 0; t < T; t++)
-        for (int h = 0; h < nh; h++) {
-            int g = h / (nh / nkv);
-            double m = sinks ? sk[h] : -INFINITY;
-            for (int j = 0; j < n; j++) {
-                s[j] = -INFINITY;
-                if (kp[j] > qp[t] || (window > 0 && qp[t] - kp[j] >= window)) continue;
-                double d = 0;
-                for (int c = 0; c < hd; c++) d += (double)q[((long)t * nh + h) * hd + c] * k[j * row + g * hd + c];
-                d *= p.scale;
-                if (softcap > 0) d = softcap * tanh(d / softcap);
-                s[j] = d;
-                if (d > m) m = d;
-            }
-            double l = sinks ? exp(sk[h] - m) : 0;
-            for (int j = 0; j < n; j++) if (s[j] > -INFINITY) l += exp(s[j] - m);
-            for (int c = 0; c < hd; c++) {
-                double a = 0;
-                for (int j = 0; j < n; j++) if (s[j] > -INFINITY) a += exp(s[j] - m) * v[j * row + g * hd + c];
-                a /= l;
-                double gv = out[((long)t * nh + h) * hd + c];
-                num += (gv - a) * (gv - a);
-                den += a * a;
-            }
-        }
+        for (int h = 0; h < nh; h++)
+            ref_head(q + ((long)t * nh + h) * hd, k, v, rows, kp, n, qp[t], row, (long)(h / (nh / nkv)) * hd, hd, p.scale,
+                     window, softcap, sinks ? &sk[h] : NULL, out + ((long)t * nh + h) * hd, &num, &den);
+    free(rows);
     double e = sqrt(num / den), tol = bf16 ? 1e-2 : 1e-4;
     CHECK(e < tol, "attention T=%d n=%d hd=%d window=%d softcap=%g sinks=%d%s: relative error %g (tolerance %g)", T, n, hd,
           window, softcap, sinks, bf16 ? " bf16 cache" : "", e, tol);
     free(kb); free(vb);
-    free(s); free(q); free(k); free(v); free(out); free(qp); free(kp);
+    free(q); free(k); free(v); free(out); free(qp); free(kp);
     cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dsk); cudaFree(dout); cudaFree(work); cudaFree(dqp); cudaFree(dkp);
 }
 
@@ -505,18 +516,21 @@ static void attention(void) {
     cuk_flash_decode_set(0);
 }
 
-/* The batched decode kernel (cuk_attention_batch): NS sequences of
- * lengths len[i] (0: a padding row), one query each, paged (64-row blocks in
- * scattered order) or contiguous, keys in ring order, float32 or bf16 rows. */
+/* The batched decode kernel (cuk_attention_batch): NS sequences of lengths len[i]
+ * (0: a padding row, whose output must be zero), one query each, paged (64-row blocks
+ * in shuffled order) or contiguous, keys in ring order, float32 or bf16 rows. */
 static void check_attention_batch(int NS, const int *len, int hd, int nh, int nkv, int window, float softcap, int sinks,
                                   int bf16, int paged) {
     const long row = (long)nkv * hd;
+    const size_t es = bf16 ? 2 : 4;
     int total = 0, maxn = 0;
     for (int i = 0; i < NS; i++) total += (len[i] + 63) / 64 * 64, maxn = len[i] > maxn ? len[i] : maxn;
+    const int nb = total / 64;
     float *q = malloc((size_t)NS * nh * hd * 4), *k = malloc((size_t)total * row * 4), *v = malloc((size_t)total * row * 4);
     float sk[64], *out = malloc((size_t)NS * nh * hd * 4);
     uint16_t *kb = malloc((size_t)total * row * 2), *vb = malloc((size_t)total * row * 2);
-    int32_t *kp = malloc((size_t)total * 4), qp[64], *tab = malloc((size_t)(total / 64 + 1) * 4);
+    int32_t *kp = malloc((size_t)total * 4), qp[64], *tab = malloc((size_t)(nb ? nb : 1) * 4);
+    long *rows = malloc((size_t)total * sizeof *rows); /* view row -> pool row, sequence after sequence */
     for (long i = 0; i < (long)NS * nh * hd; i++) q[i] = frand();
     for (long i = 0; i < (long)total * row; i++) {
         k[i] = frand(), v[i] = frand();
@@ -524,47 +538,32 @@ static void check_attention_batch(int NS, const int *len, int hd, int nh, int nk
         if (bf16) k[i] = bf16_to_f32(kb[i]), v[i] = bf16_to_f32(vb[i]);
     }
     for (int i = 0; i < 64; i++) sk[i] = frand();
-    const int nb = total / 64;
-    for (int b = 0; b < nb; b++) tab[b] = (b * 37 + 11) % nb; /* a permutation when 37 and nb are coprime */
-    for (int b = 0; b < nb; b++)
-        for (int c = 0; c < b; c++)
-            if (tab[c] == tab[b]) tab[b] = -1;
-    for (int b = 0, f = 0; b < nb; b++) /* repair: the unused blocks in order */
-        if (tab[b] < 0) {
-            for (;; f++) {
-                int used = 0;
-                for (int c = 0; c < nb; c++) used |= tab[c] == f;
-                if (!used) break;
-            }
-            tab[b] = f++;
+    for (int b = 0; b < nb; b++) tab[b] = b;
+    for (int b = nb - 1; b > 0; b--) { /* shuffled: a sequence's blocks are scattered over the pool */
+        const int c = (int)(urand() % (uint32_t)(b + 1)), t = tab[b];
+        tab[b] = tab[c], tab[c] = t;
+    }
+    for (int i = 0, base = 0; i < NS; base += (len[i++] + 63) / 64 * 64)
+        for (int j = 0; j < len[i]; j++) {
+            rows[base + j] = paged ? (long)tab[base / 64 + j / 64] * 64 + j % 64 : base + j;
+            kp[rows[base + j]] = (j + len[i] / 3) % len[i]; /* ring order */
         }
     void *dk = bf16 ? dup_dev(kb, (size_t)total * row * 2) : dup_dev(k, (size_t)total * row * 4);
     void *dv = bf16 ? dup_dev(vb, (size_t)total * row * 2) : dup_dev(v, (size_t)total * row * 4);
-    int32_t *dtab = dup_dev(tab, (size_t)nb * 4);
+    int32_t *dtab = dup_dev(tab, (size_t)nb * 4), *dkp = dup_dev(kp, (size_t)total * 4);
     cuk_attn_seq sd[64];
     memset(sd, 0, sizeof sd);
-    /* sequence i owns view rows base[i] / 64 .. of the table (paged) or of the buffer */
-    int base = 0;
-    for (int i = 0; i < NS; i++) {
-        const int n = len[i], b0 = base / 64;
-        for (int j = 0; j < n; j++) {
-            const long pr = paged ? (long)tab[b0 + j / 64] * 64 + j % 64 : base + j;
-            kp[pr] = (j + n / 3) % n; /* ring order */
-        }
-        qp[i] = n - 1 + (i % 2); /* the newest key, or one past it */
-        if (n > 0) {
-            const size_t es = bf16 ? 2 : 4;
-            sd[i].k = paged ? dk : (char *)dk + (size_t)base * row * es;
-            sd[i].v = paged ? dv : (char *)dv + (size_t)base * row * es;
-            sd[i].n = n;
-            sd[i].stride = row;
-            sd[i].blocks = paged ? dtab + b0 : NULL;
-        }
-        base += (n + 63) / 64 * 64;
+    for (int i = 0, base = 0; i < NS; base += (len[i++] + 63) / 64 * 64) {
+        qp[i] = len[i] - 1 + (i % 2); /* the newest key, or one past it */
+        if (len[i] == 0) continue;
+        const long at = paged ? 0 : base; /* a contiguous view starts at its rows; a paged one at the pool */
+        sd[i].k = (char *)dk + at * row * es;
+        sd[i].v = (char *)dv + at * row * es;
+        sd[i].pos = dkp + at;
+        sd[i].n = len[i];
+        sd[i].stride = row;
+        sd[i].blocks = paged ? dtab + base / 64 : NULL;
     }
-    int32_t *dkp = dup_dev(kp, (size_t)total * 4);
-    for (int i = 0; i < NS; i++)
-        if (sd[i].k) sd[i].pos = paged ? dkp : dkp + (sd[i].k == dk ? 0 : ((char *)sd[i].k - (char *)dk) / (long)(row * (bf16 ? 2 : 4)));
     attn_params p = {nh, nkv, hd, 1.f / sqrtf((float)hd), window, softcap, NULL};
     float *dq = dup_dev(q, (size_t)NS * nh * hd * 4), *dsk = dup_dev(sk, sizeof sk), *dout, *work;
     int32_t *dqp = dup_dev(qp, (size_t)NS * 4);
@@ -573,51 +572,24 @@ static void check_attention_batch(int NS, const int *len, int hd, int nh, int nk
     const int mk = cuk_attention_batch_bucket(maxn);
     CK(cudaMalloc((void **)&dout, (size_t)NS * nh * hd * 4));
     CK(cudaMalloc((void **)&work, cuk_attention_batch_work(NS, nh, hd, mk) * 4 + 4));
-    {
-        CK(cudaMemset(dout, 0xff, (size_t)NS * nh * hd * 4));
-        CHECK(cuk_attention_batch(dq, dqp, NS, dsd, mk, &p, bf16 ? KVT_BF16 : KVT_F32, dout, work, NULL) == 0, "%s", err_msg());
-        CK(cudaMemcpy(out, dout, (size_t)NS * nh * hd * 4, cudaMemcpyDeviceToHost));
-        double num = 0, den = 0, pad = 0;
-        double *s = malloc((size_t)(maxn + 1) * sizeof *s);
-        for (int i = 0, b = 0; i < NS; b += (len[i] + 63) / 64 * 64, i++)
-            for (int h = 0; h < nh; h++) {
-                const int g = h / (nh / nkv), n = len[i];
-                if (n == 0) {
-                    for (int c = 0; c < hd; c++) pad += fabs(out[((long)i * nh + h) * hd + c]);
-                    continue;
-                }
-                double m = sinks ? sk[h] : -INFINITY;
-                for (int j = 0; j < n; j++) {
-                    const long pr = paged ? (long)tab[b / 64 + j / 64] * 64 + j % 64 : b + j;
-                    s[j] = -INFINITY;
-                    if (kp[pr] > qp[i] || (window > 0 && qp[i] - kp[pr] >= window)) continue;
-                    double d = 0;
-                    for (int c = 0; c < hd; c++) d += (double)q[((long)i * nh + h) * hd + c] * k[pr * row + g * hd + c];
-                    d *= p.scale;
-                    if (softcap > 0) d = softcap * tanh(d / softcap);
-                    s[j] = d;
-                    if (d > m) m = d;
-                }
-                double l = sinks ? exp(sk[h] - m) : 0;
-                for (int j = 0; j < n; j++) if (s[j] > -INFINITY) l += exp(s[j] - m);
-                for (int c = 0; c < hd; c++) {
-                    double a = 0;
-                    for (int j = 0; j < n; j++) {
-                        const long pr = paged ? (long)tab[b / 64 + j / 64] * 64 + j % 64 : b + j;
-                        if (s[j] > -INFINITY) a += exp(s[j] - m) * v[pr * row + g * hd + c];
-                    }
-                    a = l > 0 ? a / l : 0;
-                    const double gv = out[((long)i * nh + h) * hd + c];
-                    num += (gv - a) * (gv - a);
-                    den += a * a;
-                }
-            }
-        free(s);
-        const double e = sqrt(num / (den > 0 ? den : 1));
-        CHECK(e < 1e-5 && pad == 0, "batched attention of %d rows hd=%d G=%d window=%d softcap=%g sinks=%d%s%s: "
-              "relative error %g (tolerance 1e-5), padding rows' sum %g", NS, hd, nh / nkv, window, softcap, sinks, bf16 ? " bf16" : "", paged ? " paged" : "", e, pad);
-    }
-    free(q); free(k); free(v); free(out); free(kb); free(vb); free(kp); free(tab);
+    CK(cudaMemset(dout, 0xff, (size_t)NS * nh * hd * 4));
+    CHECK(cuk_attention_batch(dq, dqp, NS, dsd, mk, &p, bf16 ? KVT_BF16 : KVT_F32, dout, work, NULL) == 0, "%s", err_msg());
+    CK(cudaMemcpy(out, dout, (size_t)NS * nh * hd * 4, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0, pad = 0;
+    for (int i = 0, base = 0; i < NS; base += (len[i++] + 63) / 64 * 64)
+        for (int h = 0; h < nh; h++) {
+            const float *got = out + ((long)i * nh + h) * hd;
+            if (len[i] == 0)
+                for (int c = 0; c < hd; c++) pad += fabs(got[c]);
+            else
+                ref_head(q + ((long)i * nh + h) * hd, k, v, rows + base, kp, len[i], qp[i], row, (long)(h / (nh / nkv)) * hd,
+                         hd, p.scale, window, softcap, sinks ? &sk[h] : NULL, got, &num, &den);
+        }
+    const double e = sqrt(num / (den > 0 ? den : 1));
+    CHECK(e < 1e-5 && pad == 0, "batched attention of %d rows hd=%d G=%d window=%d softcap=%g sinks=%d%s%s: "
+          "relative error %g (tolerance 1e-5), padding rows' sum %g", NS, hd, nh / nkv, window, softcap, sinks,
+          bf16 ? " bf16" : "", paged ? " paged" : "", e, pad);
+    free(q); free(k); free(v); free(out); free(kb); free(vb); free(kp); free(tab); free(rows);
     cudaFree(dk); cudaFree(dv); cudaFree(dtab); cudaFree(dkp); cudaFree(dq); cudaFree(dsk); cudaFree(dout);
     cudaFree(work); cudaFree(dqp); cudaFree(dsd);
 }
