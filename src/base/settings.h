@@ -25,7 +25,7 @@
     X(CELER_GRAPH, FLAG, "1", "0: GPU decode steps run op by op instead of as captured CUDA graphs")               \
     X(CELER_PDL, FLAG, "1", "0: GPU kernels launch without programmatic dependent launch")                         \
     X(CELER_PDL_LATE, STR, "auto", "auto: each GPU step graph times its small kernels' two launch orders and keeps the faster; 0..63: a fixed mask by kernel kind (docs/cuda-backend.md)") \
-    X(CELER_PROFILE, INT, "0", "1: time every GPU op alone (no graphs); 2: time the ops inside the step graphs; per-kind totals at exit") \
+    X(CELER_PROFILE, INT, "0", "1: time every GPU op alone (no graphs); 2: time the ops inside the step graphs; 3: a timeline of decode steps (graph replays, the ops between them, idle time); totals at exit") \
     X(CUK_MV_X1, FLAG, "1", "0: GPU T=1 affine products use the general kernel (A/B runs)")                        \
     X(CUK_MV_X1CFG, STR, NULL, "r2u4, r4u2 or r8u1: force one T=1 affine kernel configuration (A/B runs)")          \
     X(CUK_MV_BATCH_MAX, INT, "4", "1..8: the most rows a GPU product runs with the matvec kernels (more: cuBLAS)")  \
@@ -42,6 +42,8 @@
     X(CELER_KV_DTYPE, STR, "auto", "auto, f32 or bf16: KV cache element type (auto: bf16 with fast GPU precision, else f32)") \
     X(CUK_GEMM_BF16X1, FLAG, "0", "1: GPU bf16 GEMMs use one bf16 term instead of two (faster, less exact)")       \
     X(CUK_QGEMM, FLAG, "1", "0: GPU prefill products of quantized weights dequantize to bf16 for cuBLAS instead of the fused kernel") \
+    X(CUK_QGEMM_MAX_T, INT, "128", "the most activation rows a GPU product of quantized weights runs with the fused dequantizing kernel (more: dequantize to bf16 for cuBLAS)") \
+    X(CUK_QGEMM_MIN_ROWS, INT, "12288", "the fewest output features a GPU product of quantized weights needs to run with the fused dequantizing kernel (fewer: dequantize to bf16 for cuBLAS)") \
     X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \
     X(CUK_ATTN_NO_MMA, FLAG, "0", "1: GPU prefill over a bf16 KV cache uses the CUDA-core kernels, not flash attention on tensor cores") \
     X(CUK_ATTN_PER_QUERY, FLAG, "0", "1: GPU prefill attention uses the per-query kernel instead of tiles")         \

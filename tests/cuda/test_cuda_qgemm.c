@@ -152,18 +152,21 @@ static void qgemm_affine(void) {
     check_qgemm("q8g128-f32", WF_AFFINE, 200, 768, 8, 128, SC_F32, Tb, 2, 1);
     check_qgemm("q8g32", WF_AFFINE, 300, 160, 8, 32, SC_BF16, Ta, 5, 1);
     check_qgemm("q8g64-f16", WF_AFFINE, 131, 576, 8, 64, SC_F16, Tb, 2, 1);
-    /* the exact precision keeps the three-product path for affine weights; small
-     * affine products stay on dequantize + cuBLAS (measured faster), MXFP4 never does */
+    /* the exact precision keeps the three-product path for affine weights; products
+     * with few features or many rows go to dequantize + cuBLAS (measured faster) */
     twin w = make_q(WF_AFFINE, 64, 64, 4, 64, SC_BF16);
     CHECK(!cuk_qgemm_supports(&w.d, 0), "affine weights under exact must not take the fused kernel");
-    CHECK(!cuk_qgemm_wanted(&w.d, 1), "a 64 x 64 affine product should stay on dequantize + cuBLAS");
-    w.d.rows = 4096; /* only the shape is asked */
+    CHECK(!cuk_qgemm_wanted(&w.d, 64, 1), "a 64-feature affine product should stay on dequantize + cuBLAS");
+    w.d.rows = 28672; /* only the shape is asked */
     w.d.cols = 4096;
-    CHECK(cuk_qgemm_wanted(&w.d, 1), "a 4096 x 4096 affine product should take the fused kernel");
+    CHECK(cuk_qgemm_wanted(&w.d, 64, 1), "a 28672-feature affine product of 64 rows should take the fused kernel");
+    CHECK(!cuk_qgemm_wanted(&w.d, 4096, 1), "a 4096-row product should dequantize for cuBLAS (CUK_QGEMM_MAX_T)");
+    w.d.rows = 4096;
+    CHECK(!cuk_qgemm_wanted(&w.d, 64, 1), "a 4096-feature product should dequantize for cuBLAS (CUK_QGEMM_MIN_ROWS)");
     w.d.rows = w.d.cols = 64;
     free_twin(&w);
     twin m = make_q(WF_MXFP4, 64, 64, 4, 32, SC_BF16);
-    CHECK(cuk_qgemm_wanted(&m.d, 0) && cuk_qgemm_wanted(&m.d, 1), "MXFP4 products should always take the fused kernel");
+    CHECK(cuk_qgemm_supports(&m.d, 0) && cuk_qgemm_supports(&m.d, 1), "MXFP4 products should be supported at both precisions");
     free_twin(&m);
 }
 
@@ -174,6 +177,58 @@ static void qgemm_mxfp4(void) {
     const int Tb[] = {17, 200};
     check_qgemm("mxfp4 narrow", WF_MXFP4, 65, 32, 4, 32, SC_BF16, Tb, 2, 0);
     check_qgemm("mxfp4 wide", WF_MXFP4, 130, 2880, 4, 32, SC_BF16, Tb, 2, 0);
+}
+
+/* Rows of quantized weights as bf16 terms (dequant.cu, what the cuBLAS products read):
+ * every code width, scale type and group, rows starting off 0, against the host's
+ * dequantization. hi is the nearest bf16 of each value and hi + lo holds it to 2^-16
+ * (each plus a floor of 2^-21 of the row's largest value: the kernel forms code * scale
+ * + bias in one fma, the host rounds the product first); MXFP4 values are exact. */
+static void dequant_rows(void) {
+    struct { weight_fmt fmt; int bits, group; scale_type st; long rows, cols; } sh[] = {
+        {WF_AFFINE, 2, 32, SC_BF16, 37, 320},  {WF_AFFINE, 3, 64, SC_F16, 29, 384},  {WF_AFFINE, 4, 64, SC_BF16, 45, 576},
+        {WF_AFFINE, 5, 32, SC_F32, 21, 160},   {WF_AFFINE, 6, 128, SC_BF16, 19, 384}, {WF_AFFINE, 8, 32, SC_F16, 33, 96},
+        {WF_AFFINE, 4, 128, SC_F32, 70000, 128}, {WF_MXFP4, 4, 32, SC_BF16, 41, 2880},
+    };
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        twin w = make_q(sh[s].fmt, sh[s].rows, sh[s].cols, sh[s].bits, sh[s].group, sh[s].st);
+        const long r0 = 3, n = sh[s].rows - 5, K = sh[s].cols; /* rows [3, rows - 2) */
+        uint16_t *d, *h = malloc((size_t)n * K * 4);
+        CK(cudaMalloc((void **)&d, (size_t)n * K * 4));
+        CK(cudaMemset(d, 0xff, (size_t)n * K * 4));
+        for (int terms = 1; terms <= 2; terms++) {
+            CHECK(cuk_weight_to_bf16x2(&w.d, r0, n, d, terms == 2 ? d + n * K : NULL, NULL) == 0, "dequantize: %s", err_msg());
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(h, d, (size_t)n * K * 4, cudaMemcpyDeviceToHost));
+            float *row = malloc((size_t)K * 4);
+            long bad = 0;
+            for (long r = 0; r < n; r++) {
+                weight_row_f32(&w.h, r0 + r, row);
+                /* the kernel's fmaf(code, scale, bias) and the host's rounded product plus
+                 * bias differ by up to an ulp of code * scale: a floor from the row's size */
+                double big = 0;
+                for (long j = 0; j < K; j++) big = fmax(big, fabs(row[j]));
+                const double floor_ = big * 0x1p-21;
+                for (long j = 0; j < K; j++) {
+                    const double v = row[j], hv = bf16_to_f32(h[r * K + j]);
+                    const double lv = terms == 2 ? bf16_to_f32(h[(n + r) * K + j]) : 0;
+                    const double a = fabs(v);
+                    int ok = fabs(hv - v) <= a / 256 + floor_;
+                    if (terms == 2) ok = ok && fabs(hv + lv - v) <= a / 65536 + floor_;
+                    if (sh[s].fmt == WF_MXFP4) ok = hv == v && lv == 0;
+                    if (!ok && bad++ < 3)
+                        printf("  fmt %d bits %d row %ld col %ld: %.9g, got %.9g + %.9g\n", (int)sh[s].fmt, sh[s].bits, r0 + r, j,
+                               v, hv, lv);
+                }
+            }
+            CHECK(bad == 0, "dequantize fmt %d q%d g%d [%ld x %ld], %d term(s): %ld values off", (int)sh[s].fmt, sh[s].bits,
+                  sh[s].group, sh[s].rows, K, terms, bad);
+            free(row);
+        }
+        free(h);
+        cudaFree(d);
+        free_twin(&w);
+    }
 }
 
 /* The MXFP4 decode kernel: float activations, exact to float rounding. */
@@ -205,6 +260,8 @@ static int cmpf(const void *a, const void *b) { float x = *(const float *)a, y =
 
 static void bench(cublasHandle_t cublas) {
     struct { const char *name; weight_fmt fmt; int bits, group, fast; long N, K; } sh[] = {
+        {"llama3-8b gate|up (fused) q4g64", WF_AFFINE, 4, 64, 1, 28672, 4096},
+        {"llama3-8b q|k|v (fused) q4g64", WF_AFFINE, 4, 64, 1, 6144, 4096},
         {"llama3-8b gate/up q4g64", WF_AFFINE, 4, 64, 1, 14336, 4096},
         {"llama3-8b down q4g64", WF_AFFINE, 4, 64, 1, 4096, 14336},
         {"llama3-8b q/o q4g64", WF_AFFINE, 4, 64, 1, 4096, 4096},
@@ -213,18 +270,18 @@ static void bench(cublasHandle_t cublas) {
         {"gpt-oss-20b expert gate_up mxfp4 (exact)", WF_MXFP4, 4, 32, 0, 5760, 2880},
         {"gpt-oss-20b expert gate_up mxfp4 (fast)", WF_MXFP4, 4, 32, 1, 5760, 2880},
     };
-    const int Ts[] = {512, 128};
+    const int Ts[] = {512, 256, 128, 64, 32};
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     printf("\n| product | T | fused (us) | TFLOP/s | dequant + cuBLAS (us) | TFLOP/s | speedup |\n|---|---:|---:|---:|---:|---:|---:|\n");
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
         twin w = make_q(sh[s].fmt, sh[s].N, sh[s].K, sh[s].bits, sh[s].group, SC_BF16);
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < (int)(sizeof Ts / sizeof Ts[0]); k++) {
             const int T = Ts[k];
             float *dx, *dy;
             uint16_t *xbf, *wbf;
-            const long wrows = sh[s].N < 4096 ? sh[s].N : 4096; /* step_ops.c's chunk */
+            const long wrows = cuk_gemm_wbf_rows(&w.d); /* step_ops.c's chunk */
             CK(cudaMalloc((void **)&dx, (size_t)T * sh[s].K * 4));
             CK(cudaMalloc((void **)&dy, (size_t)T * sh[s].N * 4));
             CK(cudaMalloc((void **)&xbf, cuk_gemm_xbf_elems(T, sh[s].K) * 2));
@@ -265,6 +322,7 @@ int main(int argc, char **argv) {
     if (!bench_only) {
         RUN(qgemm_affine);
         RUN(qgemm_mxfp4);
+        RUN(dequant_rows);
         RUN(matvec_mxfp4);
     }
     if (bench_only || (argc > 1 && strcmp(argv[1], "--bench") == 0)) {

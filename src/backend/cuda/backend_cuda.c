@@ -147,7 +147,9 @@ void cuda_stage_upload(cuda_backend *c, void *dst, const void *host, size_t n) {
     char *p = c->stage + (size_t)c->half * STAGE_HALF + c->used;
     memcpy(p, host, n);
     c->used += (n + 15) & ~(size_t)15;
+    const int tl = tl_begin(c, TL_HOST_UPLOAD);
     cuda_ok(c, cudaMemcpyAsync(dst, p, n, cudaMemcpyHostToDevice, c->stream), "upload");
+    if (tl) tl_end(c);
 }
 
 static void cuda_upload(backend *b, void *dst, const void *host, size_t n) {
@@ -542,6 +544,7 @@ static void destroy(backend *b) {
         if (c->profile && c->n_forwards > 0) cuda_profile_print(c);
         if (c->stream) cudaStreamSynchronize(c->stream);
         cuda_steps_free(c);
+        tl_free(c);
         for (int i = 0; i < 2; i++)
             if (c->prof_ev[i]) cudaEventDestroy(c->prof_ev[i]);
         cuda_tp_leave(c);
@@ -653,7 +656,7 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols, const cuda_host
         return NULL;
     }
     const long prof = setting_int(SET_CELER_PROFILE);
-    c->profile = prof == 2 ? 2
+    c->profile = prof == 2 || prof == 3 ? (int)prof
                  : prof == 1 && cudaEventCreate(&c->prof_ev[0]) == cudaSuccess && cudaEventCreate(&c->prof_ev[1]) == cudaSuccess
                      ? 1
                      : 0;

@@ -36,6 +36,8 @@ enum {
     SOP_put_batch, /* consecutive one-row put_rows of a batched step, as one launch */
     SOP_KINDS
 };
+/* CELER_PROFILE=3's interval kinds beyond the ops (timeline.c) */
+enum { TL_GRAPH = SOP_KINDS + 1, TL_HOST_UPLOAD, TL_KINDS };
 
 /* One op as recorded: every field a kernel launch reads, by value, so two steps that
  * launch the same kernels record byte-identical ops (the struct is zeroed before it
@@ -143,6 +145,12 @@ typedef struct {
     cudaEvent_t prof_ev[2];
     double prof_ms[SOP_KINDS + 1], prof_bytes[SOP_KINDS + 1]; /* [SOP_KINDS]: matrix-vector products */
     long prof_n[SOP_KINDS + 1];
+    /* CELER_PROFILE=3 (timeline.c): event pairs around graph launches and the ops run
+     * outside graphs, [tl_n / 2] kinds; read at exit */
+    cudaEvent_t *tl_ev;
+    unsigned char *tl_kind;
+    int tl_n, tl_cap, tl_open;
+    int capturing; /* a step graph is being captured: no events may be recorded */
     /* tensor parallelism (nccl.c) */
     void *nccl;           /* ncclComm_t of this rank, or NULL */
     grow_buf gath;        /* gather_cols: every rank's part */
@@ -171,6 +179,12 @@ static inline void cuda_here(const cuda_backend *c) {
 
 /* Runs a kernel launcher unless an earlier op failed; keeps its failure. */
 #define RUN(call) do { c->n_calls++; cuda_touch(c); if (!c->failed && (call) != 0) cuda_fail(c); } while (0)
+
+/* timeline.c (CELER_PROFILE=3) */
+int tl_begin(cuda_backend *c, int kind);
+void tl_end(cuda_backend *c);
+void tl_print(cuda_backend *c, const char *const *names);
+void tl_free(cuda_backend *c);
 
 /* backend_cuda.c */
 void cuda_fail(cuda_backend *c);
@@ -233,5 +247,5 @@ void late_before(cuda_backend *c, step_graph *g);
 void late_after(cuda_backend *c, step_graph *g);
 void late_drop(step_graph *g);
 /* CELER_PROFILE: the per-kind GPU times, printed when the backend is destroyed */
-void cuda_profile_print(const cuda_backend *c);
+void cuda_profile_print(cuda_backend *c);
 #endif

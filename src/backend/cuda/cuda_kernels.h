@@ -50,10 +50,13 @@ int cuk_skinny(const weight *w, const float *x, float *y, int T, uint16_t *xbf, 
 void cuk_skinny_set_cfg(int cfg);
 /* hi [n] = bf16(src), lo [n] = bf16(src - hi): the exact precision's two terms */
 int cuk_split_bf16(const float *src, uint16_t *hi, uint16_t *lo, long n, cuk_stream s);
-/* Dequantizes/converts rows [r0, r0 + n) of w into bf16 dst [n, cols]. */
+/* Dequantizes/converts rows [r0, r0 + n) of w into bf16 dst [n, cols] (dequant.cu:
+ * quantized rows eight codes a thread; the rest through cuk_weight_rows_elem). */
 int cuk_weight_to_bf16(const weight *w, int64_t r0, int64_t n, uint16_t *dst, cuk_stream s);
 /* The same as two terms: hi [n, cols] = bf16(w), lo [n, cols] = bf16(w - hi) (lo may be NULL). */
 int cuk_weight_to_bf16x2(const weight *w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo, cuk_stream s);
+/* cuk_weight_to_bf16x2 one element a thread, any format (ops.cu) */
+int cuk_weight_rows_elem(const weight *w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo, cuk_stream s);
 /* Prefill products through cuBLAS on the tensor cores: x is rounded once to bf16
  * (fast) or split into two bf16 terms (exact) in xbf (cuk_gemm_xbf_elems(T, cols)
  * values); non-bf16 weights are converted to bf16 (exact: two terms) in chunks of
@@ -61,6 +64,8 @@ int cuk_weight_to_bf16x2(const weight *w, int64_t r0, int64_t n, uint16_t *hi, u
  * stream. */
 size_t cuk_gemm_xbf_elems(int T, int64_t cols);
 size_t cuk_gemm_wbf_elems(int64_t wbf_rows, int64_t cols);
+/* The rows of w a chunk of the bf16 weight copy holds (0: bf16 weights need none). */
+int64_t cuk_gemm_wbf_rows(const weight *w);
 int cuk_gemm(void *cublas, const weight *w, const float *x, float *y, int T, uint16_t *xbf, uint16_t *wbf,
              int64_t wbf_rows, int fast, cuk_stream s);
 /* The same; with y2 (cuk_gemm_y2_elems(T, rows of a chunk) floats, T <= CUK_GEMM_STACK_MAX_T)
@@ -81,9 +86,10 @@ int cuk_fill(void *p, size_t n, int kind, float lo, float hi, uint64_t seed, cuk
  * Covers MLX affine 4/8-bit at the fast precision and MXFP4 at both (its dequantized
  * values are exact in bf16); cuk_qgemm_supports says which (CUK_QGEMM=0: none). */
 int cuk_qgemm_supports(const weight *w, int fast);
-/* Whether a prefill product should take it: supported, and (affine) large enough that
- * the fused kernel measured faster than dequantize + cuBLAS (qgemm.cu). */
-int cuk_qgemm_wanted(const weight *w, int fast);
+/* Whether a product of T rows should take it: supported, T <= CUK_QGEMM_MAX_T and
+ * w->rows >= CUK_QGEMM_MIN_ROWS, where the fused kernel measured faster than
+ * dequantize + cuBLAS (qgemm.cu). */
+int cuk_qgemm_wanted(const weight *w, int T, int fast);
 int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint16_t *xbf, int fast, cuk_stream s);
 /* dst [n] = bf16(src [n]) */
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);

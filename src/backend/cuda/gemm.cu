@@ -5,8 +5,9 @@
  * rounding error of hi), and Y = W hi + W lo: two products, activations exact to
  * about 2^-16 instead of bf16's 2^-8 (the fixtures' 5e-2 tolerance needs it; a
  * single rounded product is off by up to 2 on small random models). Weights stored
- * in other formats are dequantized in row chunks into the same two terms, and the
- * third product W_lo x_hi is added (W_lo x_lo is below float rounding).
+ * in other formats are dequantized in row chunks (dequant.cu) into the same two terms,
+ * and the third product W_lo x_hi is added (W_lo x_lo is below float rounding; MXFP4
+ * values are exact in bf16, so they have no W_lo).
  * That is the exact precision (CELER_PRECISION=exact). The fast precision (the
  * GPU's default) rounds the activations once to bf16 and runs one product per
  * weight (dequantized weights rounded once too): what bf16 inference engines do,
@@ -51,6 +52,16 @@ static int single_product(void) {
 
 extern "C" size_t cuk_gemm_xbf_elems(int T, int64_t cols) { return 2 * (size_t)T * (size_t)cols; }
 extern "C" size_t cuk_gemm_wbf_elems(int64_t rows, int64_t cols) { return 2 * (size_t)rows * (size_t)cols; }
+
+/* Chunks of 32M weights (64 MiB a term; at least 4,096 rows): llama3-8b's q|k|v and
+ * gate|up (K = 4,096) in 8,192-row products, which cuBLAS runs at nearly the rate of one
+ * product over all rows, while the copy stays a fraction of the weights' bf16 size. */
+extern "C" int64_t cuk_gemm_wbf_rows(const weight *w) {
+    if (w->fmt == WF_BF16) return 0;
+    int64_t r = ((int64_t)1 << 25) / (w->cols > 0 ? w->cols : 1) / 128 * 128;
+    if (r < 4096) r = 4096;
+    return w->rows < r ? w->rows : r;
+}
 
 /* Y (ldy) = W [N, K] times both activation terms */
 static int product(cublasHandle_t h, const uint16_t *W, long N, long K, const uint16_t *hi, const uint16_t *lo, int T,
@@ -108,7 +119,8 @@ extern "C" int cuk_gemm2(void *cublas, const weight *w, const float *x, float *y
     }
     for (int64_t r0 = 0; r0 < w->rows; r0 += wbf_rows) {
         int64_t nr = w->rows - r0 < wbf_rows ? w->rows - r0 : wbf_rows;
-        uint16_t *wlo = lo ? wbf + (size_t)nr * w->cols : NULL;
+        /* MXFP4 values are exact in bf16: no weight term W_lo */
+        uint16_t *wlo = lo && w->fmt != WF_MXFP4 ? wbf + (size_t)nr * w->cols : NULL;
         if (cuk_weight_to_bf16x2(w, r0, nr, wbf, wlo, s) != 0) return -1;
         if (stacked) {
             if (product_stacked(h, wbf, nr, w->cols, xbf, T, y2, y + r0, w->rows, cs) != 0) return -1;

@@ -376,7 +376,8 @@ extern "C" int cuk_put_rows(void *kd, void *vd, int32_t *pd, long row, int slot,
     return cuk_check("put_rows");
 }
 
-/* rows [r0, r0 + n) of w as bf16 hi, and (lo != NULL) the rounding error as bf16 lo */
+/* rows [r0, r0 + n) of w as bf16 hi, and (lo != NULL) the rounding error as bf16 lo:
+ * one element a thread, any format (dequant.cu takes quantized rows eight a thread) */
 __global__ void kernel_weight_bf16(const weight w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo) {
     cuk_pdl_start_small(CUK_LATE_OTHER);
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -392,16 +393,10 @@ __global__ void kernel_weight_bf16(const weight w, int64_t r0, int64_t n, uint16
     if (lo) lo[i] = f2bf16(v - bf16f(h));
 }
 
-extern "C" int cuk_weight_to_bf16(const weight *w, int64_t r0, int64_t n, uint16_t *dst, cuk_stream s) {
-    long total = (long)n * w->cols;
-    cuk_launch(kernel_weight_bf16, blocks_for(total, 256), 256, 0, (cudaStream_t)s, *w, r0, n, dst, (uint16_t *)NULL);
-    return cuk_check("weight_to_bf16");
-}
-
-extern "C" int cuk_weight_to_bf16x2(const weight *w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo, cuk_stream s) {
+extern "C" int cuk_weight_rows_elem(const weight *w, int64_t r0, int64_t n, uint16_t *hi, uint16_t *lo, cuk_stream s) {
     long total = (long)n * w->cols;
     cuk_launch(kernel_weight_bf16, blocks_for(total, 256), 256, 0, (cudaStream_t)s, *w, r0, n, hi, lo);
-    return cuk_check("weight_to_bf16x2");
+    return cuk_check("weight_to_bf16");
 }
 
 __global__ void kernel_f32_bf16(const float *src, uint16_t *dst, long n) {

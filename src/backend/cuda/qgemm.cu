@@ -271,15 +271,22 @@ extern "C" int cuk_qgemm_supports(const weight *w, int fast) {
            (w->group == 32 || w->group == 64 || w->group == 128) && w->cols % w->group == 0 && w->scales && w->biases;
 }
 
-/* Affine products below QG_MIN_WEIGHTS weights stay on the dequantize + cuBLAS path:
- * their bf16 copy is cheap and cuBLAS fills the GPU better than this kernel's grid of
- * 32-128 blocks (measured: qwen3-0.6b q4, products of 1-4M weights, pp512 32.9k tok/s
- * fused vs 42.7k; llama3-8b's, 25M and more, 8.5k vs 6.5k: docs/benchmarks/cuda.md).
- * MXFP4 always comes here: under exact the other path is three products. */
-#define QG_MIN_WEIGHTS (1L << 23)
+/* The fused kernel's grid is ceil(T / 64 or 128) x ceil(features / 128) blocks; with
+ * fewer features than CUK_QGEMM_MIN_ROWS (under ~96 blocks) or more rows than
+ * CUK_QGEMM_MAX_T, a bf16 copy of the weight (dequant.cu, eight codes a thread) and
+ * cuBLAS's product are faster. Measured per product on the H200 (test_cuda_qgemm
+ * --bench, docs/benchmarks/cuda.md): llama3-8b's gate|up (28,672 features) fused 1.3-1.9x
+ * faster at 32-128 rows, 0.54x at 512; its q|k|v, o and down (4,096-6,144) 0.33-0.69x at
+ * every row count; MXFP4 experts (5,760) 0.5-0.6x. */
+static long qgemm_limit(setting_id id, long *cache) {
+    if (*cache < 0) *cache = setting_int(id);
+    return *cache;
+}
 
-extern "C" int cuk_qgemm_wanted(const weight *w, int fast) {
-    return cuk_qgemm_supports(w, fast) && (w->fmt == WF_MXFP4 || w->rows * w->cols >= QG_MIN_WEIGHTS);
+extern "C" int cuk_qgemm_wanted(const weight *w, int T, int fast) {
+    static long max_t = -1, min_rows = -1;
+    return cuk_qgemm_supports(w, fast) && T <= qgemm_limit(SET_CUK_QGEMM_MAX_T, &max_t) &&
+           w->rows >= qgemm_limit(SET_CUK_QGEMM_MIN_ROWS, &min_rows);
 }
 
 template <int FMT, int BT>

@@ -72,9 +72,9 @@ static int reserve_work(cuda_backend *c, const step_op *e) {
         const int T = e->u.matmul.T;
         if (skinny_ok(w, T)) return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") != NULL;
         if (gemm_ok(w, T)) return cuda_grow(c, &c->mv, cuk_matvec_work(T, w->cols), "matvec work") != NULL;
-        if (cuk_qgemm_wanted(w, c->self->fast)) /* the fused kernel stages the activations alone */
+        if (cuk_qgemm_wanted(w, T, c->self->fast)) /* the fused kernel stages the activations alone */
             return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") != NULL;
-        const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
+        const int64_t wrows = cuk_gemm_wbf_rows(w);
         const size_t y2 = cuk_gemm_y2_elems(T, wrows ? wrows : w->rows) * sizeof(float);
         return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") &&
                (!wrows || cuda_grow(c, &c->wbf, cuk_gemm_wbf_elems(wrows, w->cols) * 2, "gemm staging")) &&
@@ -120,7 +120,9 @@ static void prof_add(cuda_backend *c, const step_op *e, float ms) {
  * Under CELER_PROFILE=1 each op is timed alone with events (slow, for profiles). */
 static void run_op(cuda_backend *c, const step_op *e, const char *vals) {
     if (c->profile != 1) {
+        const int tl = tl_begin(c, e->op);
         run_op_now(c, e, vals);
+        if (tl) tl_end(c);
         return;
     }
     cudaEventRecord(c->prof_ev[0], c->stream);
@@ -143,8 +145,8 @@ static void prof_graph(cuda_backend *c, const step_graph *g) {
     c->prof_replays++;
 }
 
-void cuda_profile_print(const cuda_backend *c) {
-    static const char *const names[SOP_KINDS + 1] = {
+void cuda_profile_print(cuda_backend *c) {
+    static const char *const names[TL_KINDS] = {
 #define CUDA_OP_NAME(name) [SOP_##name] = #name,
 #define CUDA_OP_NAME_IF(name, mode) OPS_IF_RECORDED(name, mode, CUDA_OP_NAME)
         BACKEND_OPS(CUDA_OP_NAME_IF)
@@ -155,7 +157,13 @@ void cuda_profile_print(const cuda_backend *c) {
         [SOP_sample] = "sample",
         [SOP_put_batch] = "put_rows (batch)",
         [SOP_KINDS] = "matmul (matvec, decode)",
+        [TL_GRAPH] = "graph replay",
+        [TL_HOST_UPLOAD] = "upload (host to device)",
     };
+    if (c->profile == 3) {
+        tl_print(c, names);
+        return;
+    }
     const long nr = c->profile == 2 ? c->prof_replays : c->n_forwards;
     const double nf = nr > 0 ? (double)nr : 1;
     double total = 0;
@@ -228,10 +236,10 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
         const int sk = skinny_ok(w, T);
         if (!sk && gemm_ok(w, T)) {
             RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
-        } else if (!sk && cuk_qgemm_wanted(w, c->self->fast)) {
+        } else if (!sk && cuk_qgemm_wanted(w, T, c->self->fast)) {
             RUN(cuk_qgemm(w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, c->self->fast, st));
         } else {
-            const int64_t wrows = w->fmt == WF_BF16 ? 0 : (w->rows < 4096 ? w->rows : 4096);
+            const int64_t wrows = cuk_gemm_wbf_rows(w);
             const float *x = e->u.matmul.x;
             const long n = (long)T * w->cols;
             /* fast: activations the previous op (a product) staged are not converted again */
@@ -473,7 +481,9 @@ static step_graph *capture(cuda_backend *c) {
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed);
     if (e == cudaSuccess) {
         cuk_set_pdl(1);
+        c->capturing = 1;
         run_ops(c, c->tape, c->n_tape, g->ev);
+        c->capturing = 0;
         cuk_set_pdl(0);
         e = cudaStreamEndCapture(c->stream, &graph);
     }
@@ -523,7 +533,9 @@ void cuda_step_end(backend *b) {
         c->n_replays++;
         cuda_touch(c);
         late_before(c, g);
+        const int tl = tl_begin(c, TL_GRAPH);
         cuda_ok(c, cudaGraphLaunch(g->exec, c->stream), "graph launch");
+        if (tl) tl_end(c);
         late_after(c, g);
         if (c->profile == 2) prof_graph(c, g);
     } else {
