@@ -43,7 +43,7 @@
     X(CUK_GEMM_BF16X1, FLAG, "0", "1: GPU bf16 GEMMs use one bf16 term instead of two (faster, less exact)")       \
     X(CUK_QGEMM, FLAG, "1", "0: GPU prefill products of quantized weights dequantize to bf16 for cuBLAS instead of the fused kernel") \
     X(CUK_QGEMM_MAX_T, INT, "128", "the most activation rows a GPU product of quantized weights runs with the fused dequantizing kernel (more: dequantize to bf16 for cuBLAS)") \
-    X(CUK_QGEMM_MIN_ROWS, INT, "12288", "the fewest output features a GPU product of quantized weights needs to run with the fused dequantizing kernel (fewer: dequantize to bf16 for cuBLAS)") \
+    X(CUK_QGEMM_MIN_ROWS, INT, "12288", "the fewest output features a GPU product of 65 or more activation rows needs to run with the fused dequantizing kernel (fewer: dequantize to bf16 for cuBLAS)") \
     X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \
     X(CUK_ATTN_NO_MMA, FLAG, "0", "1: GPU prefill over a bf16 KV cache uses the CUDA-core kernels, not flash attention on tensor cores") \
     X(CUK_ATTN_PER_QUERY, FLAG, "0", "1: GPU prefill attention uses the per-query kernel instead of tiles")         \

@@ -124,21 +124,25 @@ static void check_qgemm(const char *name, weight_fmt fmt, long rows, long cols, 
         for (long i = 0; i < T * cols; i++) x[i] = frand();
         float *dx = dup_dev(x, (size_t)T * cols * 4), *dy;
         uint16_t *xbf;
+        float *part = NULL;
+        const size_t np = cuk_qgemm_work(&w.d, T, fast);
         CK(cudaMalloc((void **)&dy, (size_t)T * rows * 4));
         CK(cudaMalloc((void **)&xbf, cuk_gemm_xbf_elems(T, cols) * 2));
+        if (np) CK(cudaMalloc((void **)&part, np));
         CK(cudaMemset(dy, 0xff, (size_t)T * rows * 4));
-        const int rc = cuk_qgemm(&w.d, dx, dy, T, xbf, fast, NULL);
+        const int rc = cuk_qgemm(&w.d, dx, dy, T, xbf, part, fast, NULL);
         CHECK(rc == 0, "%s T=%d: %s", name, T, err_msg());
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(y, dy, (size_t)T * rows * 4, cudaMemcpyDeviceToHost));
         char what[160];
-        snprintf(what, sizeof what, "%s [%ld x %ld] T=%d %s", name, rows, cols, T, fast ? "fast" : "exact");
+        snprintf(what, sizeof what, "%s [%ld x %ld] T=%d %s, k walk in %zu split(s)", name, rows, cols, T,
+                 fast ? "fast" : "exact", np ? np / ((size_t)T * rows * 4) : 1);
         /* fast: the kernel's own roundings, then float32 accumulation (a weight whose
          * float value sits on a bf16 rounding tie may round the other way: 1e-4);
          * exact: two activation terms, 2^-17 relative, against the unrounded reference */
         const double worst = check_out(&w.h, x, y, T, fast, fast ? 1e-4 : 2e-5, what);
         printf("  %s: worst error %.2g of sum|wx|\n", what, worst);
-        free(x); free(y); cudaFree(dx); cudaFree(dy); cudaFree(xbf);
+        free(x); free(y); cudaFree(dx); cudaFree(dy); cudaFree(xbf); cudaFree(part);
     }
     free_twin(&w);
 }
@@ -152,21 +156,27 @@ static void qgemm_affine(void) {
     check_qgemm("q8g128-f32", WF_AFFINE, 200, 768, 8, 128, SC_F32, Tb, 2, 1);
     check_qgemm("q8g32", WF_AFFINE, 300, 160, 8, 32, SC_BF16, Ta, 5, 1);
     check_qgemm("q8g64-f16", WF_AFFINE, 131, 576, 8, 64, SC_F16, Tb, 2, 1);
+    const int Tc[] = {5, 17, 100};
+    check_qgemm("q4g64 long k", WF_AFFINE, 200, 4096, 4, 64, SC_BF16, Tc, 3, 1); /* 8 splits of the k walk */
+    check_qgemm("q8g32 long k", WF_AFFINE, 300, 2080, 8, 32, SC_BF16, Tc, 3, 1); /* k tiles off the split */
     /* the exact precision keeps the three-product path for affine weights; products
-     * with few features or many rows go to dequantize + cuBLAS (measured faster) */
+     * of many rows (and of 65-128 rows with few features) go to dequantize + cuBLAS,
+     * and so does MXFP4 under exact (measured faster) */
     twin w = make_q(WF_AFFINE, 64, 64, 4, 64, SC_BF16);
     CHECK(!cuk_qgemm_supports(&w.d, 0), "affine weights under exact must not take the fused kernel");
-    CHECK(!cuk_qgemm_wanted(&w.d, 64, 1), "a 64-feature affine product should stay on dequantize + cuBLAS");
+    CHECK(cuk_qgemm_wanted(&w.d, 64, 1), "an affine product of 64 rows should take the fused kernel");
     w.d.rows = 28672; /* only the shape is asked */
     w.d.cols = 4096;
-    CHECK(cuk_qgemm_wanted(&w.d, 64, 1), "a 28672-feature affine product of 64 rows should take the fused kernel");
+    CHECK(cuk_qgemm_wanted(&w.d, 128, 1), "a 28672-feature affine product of 128 rows should take the fused kernel");
     CHECK(!cuk_qgemm_wanted(&w.d, 4096, 1), "a 4096-row product should dequantize for cuBLAS (CUK_QGEMM_MAX_T)");
     w.d.rows = 4096;
-    CHECK(!cuk_qgemm_wanted(&w.d, 64, 1), "a 4096-feature product should dequantize for cuBLAS (CUK_QGEMM_MIN_ROWS)");
+    CHECK(cuk_qgemm_wanted(&w.d, 8, 1), "a 4096-feature product of 8 rows should take the fused kernel");
+    CHECK(!cuk_qgemm_wanted(&w.d, 128, 1), "a 4096-feature product of 128 rows should dequantize (CUK_QGEMM_MIN_ROWS)");
     w.d.rows = w.d.cols = 64;
     free_twin(&w);
     twin m = make_q(WF_MXFP4, 64, 64, 4, 32, SC_BF16);
     CHECK(cuk_qgemm_supports(&m.d, 0) && cuk_qgemm_supports(&m.d, 1), "MXFP4 products should be supported at both precisions");
+    CHECK(cuk_qgemm_wanted(&m.d, 8, 1) && !cuk_qgemm_wanted(&m.d, 8, 0), "MXFP4 should take the fused kernel under fast only");
     free_twin(&m);
 }
 
@@ -270,7 +280,7 @@ static void bench(cublasHandle_t cublas) {
         {"gpt-oss-20b expert gate_up mxfp4 (exact)", WF_MXFP4, 4, 32, 0, 5760, 2880},
         {"gpt-oss-20b expert gate_up mxfp4 (fast)", WF_MXFP4, 4, 32, 1, 5760, 2880},
     };
-    const int Ts[] = {512, 256, 128, 64, 32};
+    const int Ts[] = {512, 256, 128, 64, 32, 8};
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -281,7 +291,10 @@ static void bench(cublasHandle_t cublas) {
             const int T = Ts[k];
             float *dx, *dy;
             uint16_t *xbf, *wbf;
+            float *part = NULL;
             const long wrows = cuk_gemm_wbf_rows(&w.d); /* step_ops.c's chunk */
+            const size_t np = cuk_qgemm_work(&w.d, T, sh[s].fast);
+            if (np) CK(cudaMalloc((void **)&part, np));
             CK(cudaMalloc((void **)&dx, (size_t)T * sh[s].K * 4));
             CK(cudaMalloc((void **)&dy, (size_t)T * sh[s].N * 4));
             CK(cudaMalloc((void **)&xbf, cuk_gemm_xbf_elems(T, sh[s].K) * 2));
@@ -292,7 +305,7 @@ static void bench(cublasHandle_t cublas) {
                 float tt[15];
                 for (int i = 0; i < 18; i++) {
                     CK(cudaEventRecord(e0, 0));
-                    if (path == 0) cuk_qgemm(&w.d, dx, dy, T, xbf, sh[s].fast, NULL);
+                    if (path == 0) cuk_qgemm(&w.d, dx, dy, T, xbf, part, sh[s].fast, NULL);
                     else cuk_gemm(cublas, &w.d, dx, dy, T, xbf, wbf, wrows, sh[s].fast, NULL);
                     CK(cudaEventRecord(e1, 0));
                     CK(cudaEventSynchronize(e1));
@@ -304,7 +317,7 @@ static void bench(cublasHandle_t cublas) {
             const double fl = 2.0 * T * sh[s].N * sh[s].K;
             printf("| %s | %d | %.1f | %.0f | %.1f | %.0f | %.2fx |\n", sh[s].name, T, ms[0] * 1e3, fl / (ms[0] * 1e-3) / 1e12,
                    ms[1] * 1e3, fl / (ms[1] * 1e-3) / 1e12, ms[1] / ms[0]);
-            cudaFree(dx); cudaFree(dy); cudaFree(xbf); cudaFree(wbf);
+            cudaFree(dx); cudaFree(dy); cudaFree(xbf); cudaFree(wbf); cudaFree(part);
         }
         free_twin(&w);
     }

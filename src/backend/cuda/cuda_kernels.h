@@ -86,11 +86,13 @@ int cuk_fill(void *p, size_t n, int kind, float lo, float hi, uint64_t seed, cuk
  * Covers MLX affine 4/8-bit at the fast precision and MXFP4 at both (its dequantized
  * values are exact in bf16); cuk_qgemm_supports says which (CUK_QGEMM=0: none). */
 int cuk_qgemm_supports(const weight *w, int fast);
-/* Whether a product of T rows should take it: supported, T <= CUK_QGEMM_MAX_T and
- * w->rows >= CUK_QGEMM_MIN_ROWS, where the fused kernel measured faster than
- * dequantize + cuBLAS (qgemm.cu). */
+/* Whether a product of T rows should take it: the fast precision, and T <= 64, or
+ * T <= CUK_QGEMM_MAX_T with w->rows >= CUK_QGEMM_MIN_ROWS: where the fused kernel
+ * measured faster than dequantize + cuBLAS (qgemm.cu). */
 int cuk_qgemm_wanted(const weight *w, int T, int fast);
-int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint16_t *xbf, int fast, cuk_stream s);
+/* part: work for the split k walk, cuk_qgemm_work(w, T, fast) bytes (NULL: never split) */
+size_t cuk_qgemm_work(const weight *w, int T, int fast);
+int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint16_t *xbf, float *part, int fast, cuk_stream s);
 /* dst [n] = bf16(src [n]) */
 int cuk_f32_to_bf16(const float *src, uint16_t *dst, long n, cuk_stream s);
 /* add_rmsnorm and glu that also write bf16(y) to ybf [T * n] when not

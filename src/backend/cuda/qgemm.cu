@@ -24,6 +24,10 @@
  * power of two) are exact in bf16; affine weights under exact keep gemm.cu's three
  * products (weight split into two bf16 terms too).
  *
+ * Few tiles (a product of few features and tokens: decode batches, short chunks) split
+ * the k walk over blockIdx.z (qg_splits), each split's partial sums written to a work
+ * buffer and added in split order by kernel_qg_sum, so every run gives the same bits.
+ *
  * Tails: tokens past T and k past K load as zeros (cp.async zero-fill; codes left
  * out), features past N are not stored. K must be a multiple of 32 (every MLX group
  * and MXFP4 block is) and the codes 16-byte aligned (cuk_qgemm_supports). */
@@ -173,22 +177,30 @@ __device__ __forceinline__ void qg_load_x(const uint16_t *__restrict__ x, int T,
     }
 }
 
-/* y [T, ldy] (columns [0, N)) = (x [+ x2]) [T, K] times W [N, K]^T; grid (token tiles, feature tiles) */
+/* y [T, ldy] (columns [0, N)) = (x [+ x2]) [T, K] times W [N, K]^T; grid (token tiles,
+ * feature tiles, splits of the k walk). With splits (gridDim.z > 1) split z writes its
+ * partial sums to part [z][T][N] (ldy = N) and kernel_qg_sum adds them in order. */
 template <int FMT, int BT>
 __global__ void __launch_bounds__(QG_THREADS, 2)
     kernel_qgemm(const uint32_t *__restrict__ W, const void *__restrict__ S, const void *__restrict__ B, int stype,
                  int gshift, const uint16_t *__restrict__ x, const uint16_t *__restrict__ x2, int T, int N, int K,
-                 float *__restrict__ y, long ldy) {
+                 float *__restrict__ y, long ldy, int kper) {
     constexpr int MT = qg_cfg<BT>::MT;
     extern __shared__ uint4 qg_smem[];
     uint16_t *xs0 = (uint16_t *)qg_smem, *ws0 = xs0 + 2 * BT * QG_S; /* [2][BT][QG_S], [2][QG_BF][QG_S] */
     const int t0 = blockIdx.x * BT, f0 = blockIdx.y * QG_BF;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp & 1, wn = warp >> 1;
-    const int nk = (K + QG_BK - 1) / QG_BK, nkt = x2 ? 2 * nk : nk;
+    const int nk = (K + QG_BK - 1) / QG_BK, nkt_all = x2 ? 2 * nk : nk;
+    /* this split's steps of the walk (hi's k tiles, then lo's): [kb, nkt) */
+    const int kb = blockIdx.z * kper, nkt = min(nkt_all, kb + kper);
+    if (gridDim.z > 1) y += (long)blockIdx.z * T * ldy;
 
     qg_raw<FMT> raw;
-    qg_load<FMT>(raw, W, S, B, stype, gshift, N, K, f0, 0);
-    qg_load_x<BT>(x, T, K, t0, 0, xs0);
+    {
+        const int term = kb >= nk, k0 = (kb - term * nk) * QG_BK;
+        qg_load<FMT>(raw, W, S, B, stype, gshift, N, K, f0, k0);
+        qg_load_x<BT>(term ? x2 : x, T, K, t0, k0, xs0);
+    }
     qg_commit();
     qg_store<FMT>(raw, ws0);
     qg_wait0();
@@ -202,8 +214,8 @@ __global__ void __launch_bounds__(QG_THREADS, 2)
 #pragma unroll
             for (int q = 0; q < 4; q++) acc[mi][ni][q] = 0.f;
 
-    for (int kt = 0; kt < nkt; kt++) {
-        const int cur = kt & 1;
+    for (int kt = kb; kt < nkt; kt++) {
+        const int cur = (kt - kb) & 1;
         const bool more = kt + 1 < nkt;
         if (more) { /* the next step's tiles: activations straight to shared memory, codes to registers */
             const int n = kt + 1, term = n >= nk, k0 = (n - term * nk) * QG_BK;
@@ -271,13 +283,16 @@ extern "C" int cuk_qgemm_supports(const weight *w, int fast) {
            (w->group == 32 || w->group == 64 || w->group == 128) && w->cols % w->group == 0 && w->scales && w->biases;
 }
 
-/* The fused kernel's grid is ceil(T / 64 or 128) x ceil(features / 128) blocks; with
- * fewer features than CUK_QGEMM_MIN_ROWS (under ~96 blocks) or more rows than
- * CUK_QGEMM_MAX_T, a bf16 copy of the weight (dequant.cu, eight codes a thread) and
- * cuBLAS's product are faster. Measured per product on the H200 (test_cuda_qgemm
- * --bench, docs/benchmarks/cuda.md): llama3-8b's gate|up (28,672 features) fused 1.3-1.9x
- * faster at 32-128 rows, 0.54x at 512; its q|k|v, o and down (4,096-6,144) 0.33-0.69x at
- * every row count; MXFP4 experts (5,760) 0.5-0.6x. */
+/* Which products take the fused kernel rather than a bf16 copy of the weight
+ * (dequant.cu, eight codes a thread) and cuBLAS's product, measured per product on the
+ * H200 (test_cuda_qgemm --bench, docs/benchmarks/cuda.md, fifteenth session): with its k
+ * walk split over idle SMs the fused kernel is 1.1-2.2x faster for llama3-8b's q4/q8
+ * products up to 64 rows; from 65 to CUK_QGEMM_MAX_T rows only where the product has
+ * CUK_QGEMM_MIN_ROWS features or more (gate|up 1.23x, the head 1.64x at 128 rows; q|k|v
+ * 0.82x, o 0.97x); beyond, cuBLAS (0.5-0.9x). Only at the fast precision: MXFP4 under
+ * exact (two activation terms) measured 0.42-0.84x at every row count, and affine
+ * weights under exact need their two weight terms, which this kernel does not form. */
+#define QG_SMALL_T 64
 static long qgemm_limit(setting_id id, long *cache) {
     if (*cache < 0) *cache = setting_int(id);
     return *cache;
@@ -285,12 +300,43 @@ static long qgemm_limit(setting_id id, long *cache) {
 
 extern "C" int cuk_qgemm_wanted(const weight *w, int T, int fast) {
     static long max_t = -1, min_rows = -1;
-    return cuk_qgemm_supports(w, fast) && T <= qgemm_limit(SET_CUK_QGEMM_MAX_T, &max_t) &&
-           w->rows >= qgemm_limit(SET_CUK_QGEMM_MIN_ROWS, &min_rows);
+    const long mt = qgemm_limit(SET_CUK_QGEMM_MAX_T, &max_t);
+    if (!fast || !cuk_qgemm_supports(w, fast) || T > mt) return 0;
+    return T <= QG_SMALL_T || w->rows >= qgemm_limit(SET_CUK_QGEMM_MIN_ROWS, &min_rows);
+}
+
+/* y [T, ldy] = the sum of part [splits][T][N], in split order (the same bits every run) */
+__global__ void kernel_qg_sum(const float *__restrict__ part, int splits, int T, int N, float *__restrict__ y, long ldy) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, n = (long)T * N;
+    if (i >= n) return;
+    float a = part[i];
+    for (int z = 1; z < splits; z++) a += part[(long)z * n + i];
+    y[(i / N) * ldy + i % N] = a;
+}
+
+/* Splits of the k walk: a product of few tiles (few features, few tokens) leaves most
+ * SMs idle for its whole walk; splitting the walk fills about two waves, each split at
+ * least QG_MIN_KSTEPS steps (QG_MAX_SPLITS at most), the partial sums added by a second
+ * kernel. */
+#define QG_MAX_SPLITS 8
+#define QG_MIN_KSTEPS 8
+static int qg_splits(const weight *w, int T, int terms) {
+    const int bt = T <= 64 ? 64 : 128;
+    const long tiles = (long)((T + bt - 1) / bt) * ((w->rows + QG_BF - 1) / QG_BF);
+    const int steps = terms * (int)((w->cols + QG_BK - 1) / QG_BK);
+    int sp = (int)((2L * cuk_sm_count() + tiles - 1) / tiles);
+    if (sp > QG_MAX_SPLITS) sp = QG_MAX_SPLITS;
+    if (sp > steps / QG_MIN_KSTEPS) sp = steps / QG_MIN_KSTEPS;
+    return sp < 1 ? 1 : sp;
+}
+
+extern "C" size_t cuk_qgemm_work(const weight *w, int T, int fast) {
+    const int sp = qg_splits(w, T, fast || w->fmt != WF_MXFP4 ? 1 : 2);
+    return sp > 1 ? (size_t)sp * (size_t)T * (size_t)w->rows * sizeof(float) : 0;
 }
 
 template <int FMT, int BT>
-static void launch(const weight *w, const uint16_t *x, const uint16_t *x2, int T, float *y, cudaStream_t s) {
+static void launch(const weight *w, const uint16_t *x, const uint16_t *x2, int T, float *y, float *part, cudaStream_t s) {
     static int attr_done; /* per instantiation; the opt-in is per device, cheap to repeat */
     int dev = 0;
     cudaGetDevice(&dev);
@@ -300,18 +346,27 @@ static void launch(const weight *w, const uint16_t *x, const uint16_t *x2, int T
     }
     const int N = (int)w->rows, K = (int)w->cols;
     const int gshift = FMT == QG_MX4 ? 5 : __builtin_ctz((unsigned)w->group);
-    const dim3 grid((unsigned)((T + BT - 1) / BT), (unsigned)((N + QG_BF - 1) / QG_BF));
+    const int steps = (x2 ? 2 : 1) * ((K + QG_BK - 1) / QG_BK);
+    const int sp = part ? qg_splits(w, T, x2 ? 2 : 1) : 1, kper = (steps + sp - 1) / sp;
+    const dim3 grid((unsigned)((T + BT - 1) / BT), (unsigned)((N + QG_BF - 1) / QG_BF), (unsigned)sp);
     kernel_qgemm<FMT, BT><<<grid, QG_THREADS, qg_cfg<BT>::smem, s>>>((const uint32_t *)w->data, w->scales, w->biases,
-                                                                      (int)w->stype, gshift, x, x2, T, N, K, y, (long)N);
+                                                                      (int)w->stype, gshift, x, x2, T, N, K,
+                                                                      sp > 1 ? part : y, (long)N, kper);
+    if (sp > 1) {
+        const long n = (long)T * N;
+        kernel_qg_sum<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(part, sp, T, N, y, (long)N);
+    }
 }
 
 template <int FMT>
-static void launch_bt(const weight *w, const uint16_t *x, const uint16_t *x2, int T, float *y, cudaStream_t s) {
-    if (T <= 64) launch<FMT, 64>(w, x, x2, T, y, s);
-    else launch<FMT, 128>(w, x, x2, T, y, s);
+static void launch_bt(const weight *w, const uint16_t *x, const uint16_t *x2, int T, float *y, float *part,
+                      cudaStream_t s) {
+    if (T <= 64) launch<FMT, 64>(w, x, x2, T, y, part, s);
+    else launch<FMT, 128>(w, x, x2, T, y, part, s);
 }
 
-extern "C" int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint16_t *xbf, int fast, cuk_stream st) {
+extern "C" int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint16_t *xbf, float *part, int fast,
+                         cuk_stream st) {
     if (!cuk_qgemm_supports(w, fast)) return err_set("cuda qgemm: no fused kernel for this weight");
     if (T <= 0) return 0;
     const cudaStream_t s = (cudaStream_t)st;
@@ -323,8 +378,8 @@ extern "C" int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint1
         lo = xbf + n;
         kernel_qg_split<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(x, xbf, lo, n);
     }
-    if (w->fmt == WF_MXFP4) launch_bt<QG_MX4>(w, xbf, lo, T, y, s);
-    else if (w->bits == 4) launch_bt<QG_A4>(w, xbf, lo, T, y, s);
-    else launch_bt<QG_A8>(w, xbf, lo, T, y, s);
+    if (w->fmt == WF_MXFP4) launch_bt<QG_MX4>(w, xbf, lo, T, y, part, s);
+    else if (w->bits == 4) launch_bt<QG_A4>(w, xbf, lo, T, y, part, s);
+    else launch_bt<QG_A8>(w, xbf, lo, T, y, part, s);
     return cuk_check("qgemm");
 }

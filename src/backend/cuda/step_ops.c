@@ -72,8 +72,11 @@ static int reserve_work(cuda_backend *c, const step_op *e) {
         const int T = e->u.matmul.T;
         if (skinny_ok(w, T)) return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") != NULL;
         if (gemm_ok(w, T)) return cuda_grow(c, &c->mv, cuk_matvec_work(T, w->cols), "matvec work") != NULL;
-        if (cuk_qgemm_wanted(w, T, c->self->fast)) /* the fused kernel stages the activations alone */
-            return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") != NULL;
+        if (cuk_qgemm_wanted(w, T, c->self->fast)) { /* the fused kernel stages the activations alone */
+            const size_t part = cuk_qgemm_work(w, T, c->self->fast);
+            return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") &&
+                   (!part || cuda_grow(c, &c->y2, part, "gemm staging"));
+        }
         const int64_t wrows = cuk_gemm_wbf_rows(w);
         const size_t y2 = cuk_gemm_y2_elems(T, wrows ? wrows : w->rows) * sizeof(float);
         return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") &&
@@ -237,7 +240,8 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
         if (!sk && gemm_ok(w, T)) {
             RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
         } else if (!sk && cuk_qgemm_wanted(w, T, c->self->fast)) {
-            RUN(cuk_qgemm(w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p, c->self->fast, st));
+            RUN(cuk_qgemm(w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p,
+                          cuk_qgemm_work(w, T, c->self->fast) ? c->y2.p : NULL, c->self->fast, st));
         } else {
             const int64_t wrows = cuk_gemm_wbf_rows(w);
             const float *x = e->u.matmul.x;
