@@ -240,9 +240,14 @@ int bench_batched(const args *a, const char *dir) {
                 double tp, tt;
                 long nkv, ngen;
                 /* warm-up at this batch size (a short generation: first-use costs, a
-                 * device's graphs for this many rows), then the timed runs */
+                 * device's graphs for this many rows), then the timed runs. On a GPU
+                 * the warm-up's prompts are full length: a product picks its kernel
+                 * by row count (qgemm.cu), so short prompts would leave the timed
+                 * prompt's path and its work buffers cold (cheap there; on the CPU a
+                 * full prompt per batch size would cost seconds) */
+                const int warm_pp = gpu || b->pp < 8 ? b->pp : 8;
                 status = !b->s_pp || !b->s_tg || run_new(&r, b->pp, b->tg, b->pl) != 0 ||
-                         run_once(&r, b->pp < 8 ? b->pp : 8, b->tg < 2 ? b->tg : 2, b->pl, &tp, &tt, &nkv, &ngen) != 0;
+                         run_once(&r, warm_pp, b->tg < 2 ? b->tg : 2, b->pl, &tp, &tt, &nkv, &ngen) != 0;
                 for (int rep = 0; rep < reps && status == 0; rep++) {
                     if (tty) fprintf(stderr, "\rbench: pp%d tg%d B%d run %d/%ld ", b->pp, b->tg, b->pl, rep + 1, reps);
                     status = run_once(&r, b->pp, b->tg, b->pl, &b->s_pp[rep], &b->s_tg[rep], &b->n_kv, &b->n_gen) != 0;

@@ -4,11 +4,11 @@
  * MLX affine 4- or 8-bit (w = code * scale + bias per group of 32/64/128) or MXFP4
  * (e2m1 codes, an e8m0 power of two per 32).
  *
- * A block computes a tile of BT tokens (64 or 128) by QG_BF = 128 output features,
+ * A block computes a tile of BT tokens (32, 64 or 128) by QG_BF = 128 output features,
  * walking K in steps of QG_BK = 64. Per step: the activation tile (bf16, rounded once
  * on the way in by cuk_f32_to_bf16) goes to shared memory with cp.async; the weight
  * tile's packed codes (one or two 16-byte loads per thread, with their group's scale
- * and bias) are loaded into registers one step ahead, then turned into bf16 (code *
+ * and bias) are loaded into registers two steps ahead, then turned into bf16 (code *
  * scale + bias in float32, rounded to nearest even: the same bf16 weight the dequantize-
  * then-cuBLAS path produced) and stored to the other shared buffer while the tensor
  * cores work on this one. 8 warps, 2 (tokens) x 4 (features); a warp owns BT / 2
@@ -195,14 +195,16 @@ __global__ void __launch_bounds__(QG_THREADS, 2)
     const int kb = blockIdx.z * kper, nkt = min(nkt_all, kb + kper);
     if (gridDim.z > 1) y += (long)blockIdx.z * T * ldy;
 
-    qg_raw<FMT> raw;
-    {
-        const int term = kb >= nk, k0 = (kb - term * nk) * QG_BK;
-        qg_load<FMT>(raw, W, S, B, stype, gshift, N, K, f0, k0);
-        qg_load_x<BT>(term ? x2 : x, T, K, t0, k0, xs0);
-    }
+    /* step n of the walk reads k tile kof(n) of term n >= nk (x2's) */
+    auto kof = [&](int n) { return (n - (n >= nk) * nk) * QG_BK; };
+    /* codes two steps ahead: raw holds step kt + 1's while step kt's tiles are used, and
+     * step kt + 2's load into raw2 meanwhile (twice the bytes in flight of one step) */
+    qg_raw<FMT> raw, raw2;
+    qg_load<FMT>(raw, W, S, B, stype, gshift, N, K, f0, kof(kb));
+    qg_load_x<BT>(kb >= nk ? x2 : x, T, K, t0, kof(kb), xs0);
     qg_commit();
     qg_store<FMT>(raw, ws0);
+    if (kb + 1 < nkt) qg_load<FMT>(raw, W, S, B, stype, gshift, N, K, f0, kof(kb + 1));
     qg_wait0();
     __syncthreads();
 
@@ -217,11 +219,10 @@ __global__ void __launch_bounds__(QG_THREADS, 2)
     for (int kt = kb; kt < nkt; kt++) {
         const int cur = (kt - kb) & 1;
         const bool more = kt + 1 < nkt;
-        if (more) { /* the next step's tiles: activations straight to shared memory, codes to registers */
-            const int n = kt + 1, term = n >= nk, k0 = (n - term * nk) * QG_BK;
-            qg_load_x<BT>(term ? x2 : x, T, K, t0, k0, xs0 + (cur ^ 1) * BT * QG_S);
+        if (more) { /* the next step's activations straight to shared memory; the codes of the one after to registers */
+            qg_load_x<BT>(kt + 1 >= nk ? x2 : x, T, K, t0, kof(kt + 1), xs0 + (cur ^ 1) * BT * QG_S);
             qg_commit();
-            qg_load<FMT>(raw, W, S, B, stype, gshift, N, K, f0, k0);
+            if (kt + 2 < nkt) qg_load<FMT>(raw2, W, S, B, stype, gshift, N, K, f0, kof(kt + 2));
         }
         const uint16_t *xs = xs0 + cur * BT * QG_S, *ws = ws0 + cur * QG_BF * QG_S;
 #pragma unroll
@@ -239,7 +240,10 @@ __global__ void __launch_bounds__(QG_THREADS, 2)
                 for (int ni = 0; ni < 4; ni++) qg_mma(acc[mi][ni], a, b[ni >> 1][(ni & 1) * 2], b[ni >> 1][(ni & 1) * 2 + 1]);
             }
         }
-        if (more) qg_store<FMT>(raw, ws0 + (cur ^ 1) * QG_BF * QG_S);
+        if (more) {
+            qg_store<FMT>(raw, ws0 + (cur ^ 1) * QG_BF * QG_S);
+            raw = raw2;
+        }
         qg_wait0();
         __syncthreads();
     }
@@ -320,8 +324,11 @@ __global__ void kernel_qg_sum(const float *__restrict__ part, int splits, int T,
  * kernel. */
 #define QG_MAX_SPLITS 8
 #define QG_MIN_KSTEPS 8
+/* Tokens a block computes: 32, 64 or 128 (the fewest covering T, up to 128) */
+static int qg_bt(int T) { return T <= 32 ? 32 : T <= 64 ? 64 : 128; }
+
 static int qg_splits(const weight *w, int T, int terms) {
-    const int bt = T <= 64 ? 64 : 128;
+    const int bt = qg_bt(T);
     const long tiles = (long)((T + bt - 1) / bt) * ((w->rows + QG_BF - 1) / QG_BF);
     const int steps = terms * (int)((w->cols + QG_BK - 1) / QG_BK);
     int sp = (int)((2L * cuk_sm_count() + tiles - 1) / tiles);
@@ -361,8 +368,11 @@ static void launch(const weight *w, const uint16_t *x, const uint16_t *x2, int T
 template <int FMT>
 static void launch_bt(const weight *w, const uint16_t *x, const uint16_t *x2, int T, float *y, float *part,
                       cudaStream_t s) {
-    if (T <= 64) launch<FMT, 64>(w, x, x2, T, y, part, s);
-    else launch<FMT, 128>(w, x, x2, T, y, part, s);
+    switch (qg_bt(T)) {
+    case 32: launch<FMT, 32>(w, x, x2, T, y, part, s); break;
+    case 64: launch<FMT, 64>(w, x, x2, T, y, part, s); break;
+    default: launch<FMT, 128>(w, x, x2, T, y, part, s);
+    }
 }
 
 extern "C" int cuk_qgemm(const weight *w, const float *x, float *y, int T, uint16_t *xbf, float *part, int fast,
