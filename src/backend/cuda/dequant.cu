@@ -5,9 +5,10 @@
  * 32-bit words (other widths through a three-word window), one 16-byte store per term.
  * Float formats and unaligned buffers take ops.cu's one-element-a-thread kernel.
  *
- * Why it matters: a 512-token product of llama3-8b's gate|up reads 30 MB of 4-bit codes
- * and writes 235 MB of bf16; at one element a thread (a 64-bit division, a format switch
- * and two 2-byte scale loads per element) the copy took ~4x the product it fed. */
+ * Why it matters: for a 512-token product of llama3-8b's gate|up (28,672 x 4,096) the
+ * copy reads 59 MB of 4-bit codes and writes 235 MB of bf16; at one element a thread (a
+ * 64-bit division, a format switch and two 2-byte scale loads per element) it was most
+ * of the product's time (docs/benchmarks/cuda.md, fifteenth session). */
 #include "backend/cuda/common.cuh"
 
 extern "C" {

@@ -54,8 +54,8 @@ extern "C" size_t cuk_gemm_xbf_elems(int T, int64_t cols) { return 2 * (size_t)T
 extern "C" size_t cuk_gemm_wbf_elems(int64_t rows, int64_t cols) { return 2 * (size_t)rows * (size_t)cols; }
 
 /* Chunks of 32M weights (64 MiB a term; at least 4,096 rows): llama3-8b's q|k|v and
- * gate|up (K = 4,096) in 8,192-row products, which cuBLAS runs at nearly the rate of one
- * product over all rows, while the copy stays a fraction of the weights' bf16 size. */
+ * gate|up (K = 4,096) as products of up to 8,192 rows, so the copy's buffer stays a
+ * fraction of a large weight's bf16 size. */
 extern "C" int64_t cuk_gemm_wbf_rows(const weight *w) {
     if (w->fmt == WF_BF16) return 0;
     int64_t r = ((int64_t)1 << 25) / (w->cols > 0 ? w->cols : 1) / 128 * 128;
