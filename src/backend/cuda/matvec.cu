@@ -386,33 +386,46 @@ __device__ __forceinline__ float fma_sub(float a, float b, float c) { /* fma kee
 
 __device__ __forceinline__ float pow2f(int e) { return __int_as_float((127 + e) << 23); } /* -126 <= e <= 127 */
 
-/* sum over one 16-byte chunk of codes of code * x' (x' = x staged), two chains */
-template <int BITS>
-__device__ __forceinline__ float chunk_dot(const uint4 v, const float *xv) {
-    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-    float p0 = 0.f, p1 = 0.f;
+/* For each of R rows, the sum over one 16-byte chunk of its codes of code * x' (x' = x
+ * staged in shared memory at xs, shared by the rows), two chains a row, in the same
+ * order for every row. x' is read one word's worth at a time, so only those values are
+ * live (holding the chunk's 32 values for the rows was 1% slower end to end: llama3-8b
+ * q4 tg128 393 against 397, docs/benchmarks/cuda.md) */
+template <int BITS, int R>
+__device__ __forceinline__ void chunk_dot(const uint4 (&v)[R], const float *__restrict__ xs, float (&out)[R]) {
+    float p0[R], p1[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) p0[r] = p1[r] = 0.f;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        const uint32_t w = u[k], hi = w >> 24;
         if (BITS == 4) {
-            const float *xk = xv + 8 * k;
-            p0 = fma_sub(__uint_as_float(w & 0xfu), xk[0], p0);
-            p1 = fma_sub(__uint_as_float(w & 0xf0u), xk[1], p1);
-            p0 = fma_sub(__uint_as_float(w & 0xf00u), xk[2], p0);
-            p1 = fma_sub(__uint_as_float(w & 0xf000u), xk[3], p1);
-            p0 = fma_sub(__uint_as_float(w & 0xf0000u), xk[4], p0);
-            p1 = fma_sub(__uint_as_float(w & 0xf00000u), xk[5], p1);
-            p0 = fma_sub(__uint_as_float(hi & 0xfu), xk[6], p0);
-            p1 = fma_sub(__uint_as_float(hi & 0xf0u), xk[7], p1);
+            const float4 a = ((const float4 *)xs)[2 * k], b = ((const float4 *)xs)[2 * k + 1];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t w = k == 0 ? v[r].x : k == 1 ? v[r].y : k == 2 ? v[r].z : v[r].w, hi = w >> 24;
+                p0[r] = fma_sub(__uint_as_float(w & 0xfu), a.x, p0[r]);
+                p1[r] = fma_sub(__uint_as_float(w & 0xf0u), a.y, p1[r]);
+                p0[r] = fma_sub(__uint_as_float(w & 0xf00u), a.z, p0[r]);
+                p1[r] = fma_sub(__uint_as_float(w & 0xf000u), a.w, p1[r]);
+                p0[r] = fma_sub(__uint_as_float(w & 0xf0000u), b.x, p0[r]);
+                p1[r] = fma_sub(__uint_as_float(w & 0xf00000u), b.y, p1[r]);
+                p0[r] = fma_sub(__uint_as_float(hi & 0xfu), b.z, p0[r]);
+                p1[r] = fma_sub(__uint_as_float(hi & 0xf0u), b.w, p1[r]);
+            }
         } else {
-            const float *xk = xv + 4 * k;
-            p0 = fma_sub(__uint_as_float(w & 0xffu), xk[0], p0);
-            p1 = fma_sub(__uint_as_float(w & 0xff00u), xk[1], p1);
-            p0 = fma_sub(__uint_as_float(w & 0xff0000u), xk[2], p0);
-            p1 = fma_sub(__uint_as_float(hi), xk[3], p1);
+            const float4 a = ((const float4 *)xs)[k];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t w = k == 0 ? v[r].x : k == 1 ? v[r].y : k == 2 ? v[r].z : v[r].w, hi = w >> 24;
+                p0[r] = fma_sub(__uint_as_float(w & 0xffu), a.x, p0[r]);
+                p1[r] = fma_sub(__uint_as_float(w & 0xff00u), a.y, p1[r]);
+                p0[r] = fma_sub(__uint_as_float(w & 0xff0000u), a.z, p0[r]);
+                p1[r] = fma_sub(__uint_as_float(hi), a.w, p1[r]);
+            }
         }
     }
-    return p0 + p1;
+#pragma unroll
+    for (int r = 0; r < R; r++) out[r] = p0[r] + p1[r];
 }
 
 /* Loads one batch: U chunks of each of the R rows (lane's chunks j0 + lane + 32 q) with their scales and biases. */
@@ -522,18 +535,12 @@ __global__ void __launch_bounds__(X1_WARPS * 32, MB)
             const int i = j0 + lane + 32 * q;
             if (j0 + 32 * q >= nq) break;
             if (i < nq) {
-                const float4 *xp = (const float4 *)(xs + i * CS);
-                float xv[QB];
-#pragma unroll
-                for (int k = 0; k < QB / 4; k++) {
-                    const float4 a = xp[k];
-                    xv[4 * k] = a.x; xv[4 * k + 1] = a.y; xv[4 * k + 2] = a.z; xv[4 * k + 3] = a.w;
-                }
                 const float sx = xs[i * CS + QB];
+                float p[R];
+                chunk_dot<BITS, R>(v[q], xs + i * CS, p);
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    const float p = chunk_dot<BITS>(v[q][r], xv);
-                    acc[r] = fmaf(sc[q][r], p, acc[r]);
+                    acc[r] = fmaf(sc[q][r], p[r], acc[r]);
                     acc[r] = fmaf(bi[q][r], sx, acc[r]);
                 }
             }
@@ -613,7 +620,10 @@ static bool launch_x1(const weight *w, const float *x, float *y, cudaStream_t s)
  * U = 4 where a lane has 2 or more chunks per row, else more rows (x read once from
  * shared memory for R rows); measured on the H200 (docs/benchmarks/cuda-kernels.md),
  * where the kernel's P (next batch loaded before this one is used) and MB = 3 (three
- * blocks per SM, registers capped) variants were within noise of these.
+ * blocks per SM, registers capped) variants were within noise of these. Again
+ * 2026-12-03 (docs/benchmarks/cuda.md): more blocks an SM lose end to end (llama3-8b q4
+ * tg128 397 -> 388 at 4 blocks and 64 registers, 381 at 3 blocks and 80); the kernel
+ * is bound by issue (3.7 instructions a code, ncu), not by occupancy.
  * CUK_MV_X1CFG=r2u4|r4u2|r8u1 forces one (A/B runs). */
 enum { X1_R2U4, X1_R4U2, X1_R8U1, X1_NCFG };
 
