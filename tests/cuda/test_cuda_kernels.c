@@ -171,6 +171,10 @@ static void matmul_formats(void) {
     check_matmul("bf16 long rows", WF_BF16, 300, 5128, 0, 0, SC_BF16); /* several double-buffered rounds and a tail */
     check_matmul("f32", WF_F32, 77, 100, 0, 0, SC_BF16);
     check_matmul("q4g64", WF_AFFINE, 1000, 1024, 4, 64, SC_BF16);
+    /* columns a multiple of 2048: kernel_mv_q4g_x1 by default, the chunk kernel under CUK_MV_X1CFG=r2u4
+     * (3 steps a lane with 2 in a batch; rows off 4; groups of 128) */
+    check_matmul("q4g64 wide", WF_AFFINE, 301, 6144, 4, 64, SC_BF16);
+    check_matmul("q4g128 wide", WF_AFFINE, 77, 2048, 4, 128, SC_BF16);
     check_matmul("q4g32-f16", WF_AFFINE, 129, 512, 4, 32, SC_F16);
     check_matmul("q8g128-f32", WF_AFFINE, 200, 768, 8, 128, SC_F32);
     check_matmul("q3g64 (gemm path)", WF_AFFINE, 100, 384, 3, 64, SC_BF16);

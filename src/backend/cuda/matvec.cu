@@ -2,8 +2,9 @@
  * one warp per output row streams the row with 16-byte loads, two in flight per lane,
  * and keeps T accumulators; x is read through L1, where every warp of a block finds it.
  * Formats: bf16, f16, f32, MLX affine 4- and 8-bit (groups 32/64/128) and MXFP4. MLX affine
- * at T = 1 has its own kernel (kernel_mv_affine_x1: x staged in shared memory, codes
- * turned into floats by a mask alone), exact to float rounding like the general one. */
+ * at T = 1 has its own kernels (kernel_mv_affine_x1: x staged in shared memory, codes
+ * turned into floats by a mask alone; kernel_mv_q4g_x1, the same with a whole group a
+ * lane for the common 4-bit shapes), exact to float rounding like the general one. */
 #include <cuda_fp16.h>
 #include <stdlib.h>
 #include <string.h>
@@ -616,6 +617,154 @@ static bool launch_x1(const weight *w, const float *x, float *y, cudaStream_t s)
     return true;
 }
 
+/* ---- 4-bit MLX affine at T = 1, a whole group a lane ----
+ * For groups of 64 codes (or a multiple) with bf16 scales and cols % 2048 == 0 (every
+ * lane has the same whole steps: no bounds checks): each step a lane takes one 64-code
+ * piece of a row (two 16-byte chunks, one scale and one bias load where
+ * kernel_mv_affine_x1 loads them per chunk), a warp 32 consecutive pieces (1 KB). x is
+ * staged as in kernel_mv_affine_x1 (the same powers of two per bit offset) per piece of
+ * 64 columns with the piece's sum after it, XG_S floats a piece, so the 8 lanes of a
+ * quarter-warp read 8 different bank groups (68 = 4 mod 32 words). ncu had the chunk
+ * kernel at 3.7-4.5 instructions a code against ~2.1 in its inner loop; this one
+ * spends its addressing and scale loads per 64 codes instead of per 32. */
+#define XG_S 68
+
+template <int R, int U>
+__global__ void __launch_bounds__(X1_WARPS * 32, 2)
+    kernel_mv_q4g_x1(const uint4 *__restrict__ W, const uint16_t *__restrict__ S, const uint16_t *__restrict__ B, int gs,
+                     const float *__restrict__ x, float *__restrict__ y, int rows, int cols) {
+    extern __shared__ float4 x1_smem[];
+    float *xs = (float *)x1_smem;
+    const int lane = threadIdx.x & 31, nq = cols >> 5, npc = cols >> 6, spl = npc >> 5, ng = npc >> gs;
+    const int tstride = gridDim.x * X1_WARPS;
+    int task = blockIdx.x * X1_WARPS + (threadIdx.x >> 5);
+    const uint4 *wr[R];
+    const uint16_t *sr[R], *br[R];
+    uint4 v[U][R][2];
+    float sc[U][R], bi[U][R];
+    auto rows_of = [&](int t) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const long row = min(t * R + r, rows - 1);
+            wr[r] = W + row * nq;
+            sr[r] = S + row * ng;
+            br[r] = B + row * ng;
+        }
+    };
+    auto load = [&](int s0) { /* steps s0 .. s0 + U - 1 of the current rows (those < spl) */
+#pragma unroll
+        for (int q = 0; q < U; q++) {
+            const int pc = (s0 + q) * 32 + lane;
+            const bool ok = s0 + q < spl;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                v[q][r][0] = ok ? ld_stream(wr[r] + 2 * pc) : make_uint4(0, 0, 0, 0);
+                v[q][r][1] = ok ? ld_stream(wr[r] + 2 * pc + 1) : make_uint4(0, 0, 0, 0);
+                sc[q][r] = ok ? bf16f(__ldg(sr[r] + (pc >> gs))) : 0.f;
+                bi[q][r] = ok ? bf16f(__ldg(br[r] + (pc >> gs))) : 0.f;
+            }
+        }
+    };
+    if (task * R < rows) { /* the first batch's loads go out before x is staged */
+        rows_of(task);
+        load(0);
+    }
+    cuk_pdl_start();
+    constexpr int SU = 4;
+    for (int c0 = 0; c0 < cols; c0 += 4 * X1_WARPS * 32 * SU) {
+        float4 a[SU];
+#pragma unroll
+        for (int u = 0; u < SU; u++) {
+            const int j = c0 + (u * X1_WARPS * 32 + threadIdx.x) * 4;
+            a[u] = j < cols ? __ldg((const float4 *)(x + j)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < SU; u++) {
+            const int j = c0 + (u * X1_WARPS * 32 + threadIdx.x) * 4;
+            float sum = (a[u].x + a[u].y) + (a[u].z + a[u].w);
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o); /* 16 threads: 64 columns */
+            if (j < cols) {
+                const int pc = j >> 6, m = j & 63, p = j & 7;
+                float e[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) { /* bit offset of the code as read: see chunk_dot */
+                    const int pk = p + k, b = pk < 6 ? 4 * pk : 4 * (pk - 6);
+                    e[k] = pow2f(X1_K - b);
+                }
+                *(float4 *)(xs + pc * XG_S + m) = make_float4(a[u].x * e[0], a[u].y * e[1], a[u].z * e[2], a[u].w * e[3]);
+                if (m == 0) xs[pc * XG_S + 64] = sum * pow2f(X1_K - 149);
+            }
+        }
+    }
+    __syncthreads();
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    int s0 = 0;
+    while (task * R < rows) {
+#pragma unroll
+        for (int q = 0; q < U; q++) {
+            if (s0 + q >= spl) break; /* the same in every lane */
+            const float *xp = xs + ((s0 + q) * 32 + lane) * XG_S;
+            uint4 c0[R], c1[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) { c0[r] = v[q][r][0]; c1[r] = v[q][r][1]; }
+            float pa[R], pb[R];
+            chunk_dot<4, R>(c0, xp, pa);
+            chunk_dot<4, R>(c1, xp + 32, pb);
+            const float sx = xp[64];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                acc[r] = fmaf(sc[q][r], pa[r] + pb[r], acc[r]);
+                acc[r] = fmaf(bi[q][r], sx, acc[r]);
+            }
+        }
+        s0 += U;
+        if (s0 >= spl) { /* the task's rows are finished */
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float sum = warp_sum(acc[r]);
+                if (lane == 0 && task * R + r < rows) y[task * R + r] = sum * pow2f(149 - X1_K);
+                acc[r] = 0.f;
+            }
+            task += tstride;
+            s0 = 0;
+            if (task * R >= rows) break;
+            rows_of(task);
+        }
+        load(s0);
+    }
+}
+
+/* Launches kernel_mv_q4g_x1; false where it does not apply (the caller then takes
+ * kernel_mv_affine_x1). */
+template <int R, int U>
+static bool launch_q4g_x1(const weight *w, const float *x, float *y, cudaStream_t s) {
+    if (w->bits != 4 || w->stype != SC_BF16 || w->group < 64 || w->group > 64 * 32 || (w->group & (w->group - 1)) ||
+        w->cols % 2048 != 0 || w->cols > (1 << 24) || w->rows > (1L << 30) || ((uintptr_t)w->data & 15) != 0)
+        return false;
+    const int rows = (int)w->rows, cols = (int)w->cols;
+    const size_t smem = (size_t)(cols / 64) * XG_S * sizeof(float);
+    int nsm, optin, per_sm, dev;
+    x1_device(&nsm, &optin, &per_sm, &dev);
+    if (nsm <= 0 || smem > (size_t)optin) return false;
+    static unsigned attr_set;
+    if (smem > 48 * 1024 && !(attr_set & (1u << (dev & 31)))) {
+        if (cudaFuncSetAttribute(kernel_mv_q4g_x1<R, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess)
+            return false;
+        attr_set |= 1u << (dev & 31);
+    }
+    int per = 2;
+    while (per > 1 && per * (smem + 1024) > (size_t)per_sm) per--;
+    const long tasks = (rows + R - 1) / R, need = (tasks + X1_WARPS - 1) / X1_WARPS;
+    const int blocks = (int)(need < (long)nsm * per ? need : (long)nsm * per);
+    const int gs = __builtin_ctz((unsigned)(w->group / 64));
+    cuk_launch(kernel_mv_q4g_x1<R, U>, blocks, X1_WARPS * 32, smem, s, (const uint4 *)w->data, (const uint16_t *)w->scales,
+               (const uint16_t *)w->biases, gs, x, y, rows, cols);
+    return true;
+}
+
 /* Rows per warp (R) and 16-byte chunks per row in flight per lane (U). Default: R = 2,
  * U = 4 where a lane has 2 or more chunks per row, else more rows (x read once from
  * shared memory for R rows); measured on the H200 (docs/benchmarks/cuda-kernels.md),
@@ -623,14 +772,17 @@ static bool launch_x1(const weight *w, const float *x, float *y, cudaStream_t s)
  * blocks per SM, registers capped) variants were within noise of these. Again
  * 2026-12-03 (docs/benchmarks/cuda.md): more blocks an SM lose end to end (llama3-8b q4
  * tg128 397 -> 388 at 4 blocks and 64 registers, 381 at 3 blocks and 80); the kernel
- * is bound by issue (3.7 instructions a code, ncu), not by occupancy.
- * CUK_MV_X1CFG=r2u4|r4u2|r8u1 forces one (A/B runs). */
-enum { X1_R2U4, X1_R4U2, X1_R8U1, X1_NCFG };
+ * is bound by issue (3.7 instructions a code, ncu), not by occupancy. 4-bit weights
+ * with bf16 scales, groups of 64 or more and cols % 2048 == 0 take kernel_mv_q4g_x1
+ * (a group a lane: llama3-8b q4 tg128 396 -> 410-413; R = 4 with one step in flight
+ * lost, 378-381). CUK_MV_X1CFG=r2u4|r4u2|r8u1 forces the chunk kernel's
+ * configuration, g64 the group kernel where it applies (A/B runs). */
+enum { X1_R2U4, X1_R4U2, X1_R8U1, X1_G64, X1_NCFG };
 
 static int x1_forced(void) {
     static int v = -2;
     if (v == -2) {
-        static const char *const names[X1_NCFG] = {"r2u4", "r4u2", "r8u1"};
+        static const char *const names[X1_NCFG] = {"r2u4", "r4u2", "r8u1", "g64"};
         const char *e = setting_str(SET_CUK_MV_X1CFG);
         v = -1;
         for (int i = 0; e && i < X1_NCFG; i++)
@@ -649,6 +801,8 @@ static int x1_config(const weight *w) {
 
 template <int BITS, int ST>
 static bool launch_x1_pick(const weight *w, const float *x, float *y, cudaStream_t s) {
+    const int f = x1_forced();
+    if ((f < 0 || f == X1_G64) && launch_q4g_x1<2, 2>(w, x, y, s)) return true;
     switch (x1_config(w)) {
     case X1_R4U2: return launch_x1<4, 2, BITS, ST>(w, x, y, s);
     case X1_R8U1: return launch_x1<8, 1, BITS, ST>(w, x, y, s);
