@@ -450,11 +450,48 @@ __device__ __forceinline__ void x1_load(const uint4 *const (&wr)[R], const long 
         }
 }
 
+/* Stages x for the T = 1 affine kernels: column j at xs[(j / PIECE) * STRIDE + j % PIECE]
+ * times 2^(X1_K - b), b the bit offset its code is read at (see chunk_dot), and the
+ * sum of each piece of PIECE columns (for the bias term) times 2^(X1_K - 149) at
+ * xs[i * STRIDE + PIECE]. Each thread takes 4 columns a step, SU steps of loads in
+ * flight; the trip count is the same for every thread (the shuffles need whole warps).
+ * The caller synchronizes the block after it. */
+template <int BITS, int PIECE, int STRIDE>
+__device__ __forceinline__ void x1_stage(const float *__restrict__ x, int cols, float *__restrict__ xs) {
+    constexpr int SU = 4, PW = 32 / BITS; /* PW: codes per 32-bit word */
+    for (int c0 = 0; c0 < cols; c0 += 4 * X1_WARPS * 32 * SU) {
+        float4 a[SU];
+#pragma unroll
+        for (int u = 0; u < SU; u++) {
+            const int j = c0 + (u * X1_WARPS * 32 + threadIdx.x) * 4;
+            a[u] = j < cols ? __ldg((const float4 *)(x + j)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < SU; u++) {
+            const int j = c0 + (u * X1_WARPS * 32 + threadIdx.x) * 4;
+            float sum = (a[u].x + a[u].y) + (a[u].z + a[u].w);
+#pragma unroll
+            for (int o = PIECE / 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o); /* PIECE / 4 threads */
+            if (j < cols) {
+                const int i = j / PIECE, m = j % PIECE, p = j % PW; /* p: code index in its word of column j (0 or 4 at 4 bits) */
+                float e[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) { /* bit offset of the code as read: see chunk_dot */
+                    const int pk = p + k, b = BITS == 4 ? (pk < 6 ? 4 * pk : 4 * (pk - 6)) : (pk < 3 ? 8 * pk : 0);
+                    e[k] = pow2f(X1_K - b);
+                }
+                *(float4 *)(xs + i * STRIDE + m) = make_float4(a[u].x * e[0], a[u].y * e[1], a[u].z * e[2], a[u].w * e[3]);
+                if (m == 0) xs[i * STRIDE + PIECE] = sum * pow2f(X1_K - 149);
+            }
+        }
+    }
+}
+
 template <int R, int U, int BITS, int ST, bool P, int MB>
 __global__ void __launch_bounds__(X1_WARPS * 32, MB)
     kernel_mv_affine_x1(const uint4 *__restrict__ W, const void *__restrict__ S, const void *__restrict__ B, int gshift,
                         const float *__restrict__ x, float *__restrict__ y, int rows, int cols) {
-    constexpr int QB = 128 / BITS, CS = QB + 4, PW = 32 / BITS; /* codes per chunk, chunk stride in smem, codes per word */
+    constexpr int QB = 128 / BITS, CS = QB + 4; /* codes per chunk, chunk stride in smem */
     extern __shared__ float4 x1_smem[];
     float *xs = (float *)x1_smem;
     const int lane = threadIdx.x & 31, nq = cols / QB, ng = nq >> gshift, tstride = gridDim.x * X1_WARPS;
@@ -477,35 +514,7 @@ __global__ void __launch_bounds__(X1_WARPS * 32, MB)
         x1_load<R, U, BITS, ST>(wr, gb, S, B, gshift, lane, nq, v, sc, bi);
     }
     cuk_pdl_start(); /* weights only above: x is the previous kernel's output */
-    /* stage x: each thread 4 columns per step, SU steps of loads in flight; the
-     * trip count is the same for every thread (shuffles need whole warps) */
-    constexpr int SU = 4;
-    for (int c0 = 0; c0 < cols; c0 += 4 * X1_WARPS * 32 * SU) {
-        float4 a[SU];
-#pragma unroll
-        for (int u = 0; u < SU; u++) {
-            const int j = c0 + (u * X1_WARPS * 32 + threadIdx.x) * 4;
-            a[u] = j < cols ? __ldg((const float4 *)(x + j)) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int u = 0; u < SU; u++) {
-            const int j = c0 + (u * X1_WARPS * 32 + threadIdx.x) * 4;
-            float sum = (a[u].x + a[u].y) + (a[u].z + a[u].w);
-#pragma unroll
-            for (int o = QB / 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            if (j < cols) {
-                const int i = j / QB, m = j % QB, p = j % PW; /* p: code index in its word of column j (0 or 4 at 4 bits) */
-                float e[4];
-#pragma unroll
-                for (int k = 0; k < 4; k++) { /* bit offset of the code as read: see chunk_dot */
-                    const int pk = p + k, b = BITS == 4 ? (pk < 6 ? 4 * pk : 4 * (pk - 6)) : (pk < 3 ? 8 * pk : 0);
-                    e[k] = pow2f(X1_K - b);
-                }
-                *(float4 *)(xs + i * CS + m) = make_float4(a[u].x * e[0], a[u].y * e[1], a[u].z * e[2], a[u].w * e[3]);
-                if (m == 0) xs[i * CS + QB] = sum * pow2f(X1_K - 149);
-            }
-        }
-    }
+    x1_stage<BITS, QB, CS>(x, cols, xs);
     __syncthreads();
     float acc[R];
 #pragma unroll
@@ -670,33 +679,7 @@ __global__ void __launch_bounds__(X1_WARPS * 32, 2)
         load(0);
     }
     cuk_pdl_start();
-    constexpr int SU = 4;
-    for (int c0 = 0; c0 < cols; c0 += 4 * X1_WARPS * 32 * SU) {
-        float4 a[SU];
-#pragma unroll
-        for (int u = 0; u < SU; u++) {
-            const int j = c0 + (u * X1_WARPS * 32 + threadIdx.x) * 4;
-            a[u] = j < cols ? __ldg((const float4 *)(x + j)) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int u = 0; u < SU; u++) {
-            const int j = c0 + (u * X1_WARPS * 32 + threadIdx.x) * 4;
-            float sum = (a[u].x + a[u].y) + (a[u].z + a[u].w);
-#pragma unroll
-            for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o); /* 16 threads: 64 columns */
-            if (j < cols) {
-                const int pc = j >> 6, m = j & 63, p = j & 7;
-                float e[4];
-#pragma unroll
-                for (int k = 0; k < 4; k++) { /* bit offset of the code as read: see chunk_dot */
-                    const int pk = p + k, b = pk < 6 ? 4 * pk : 4 * (pk - 6);
-                    e[k] = pow2f(X1_K - b);
-                }
-                *(float4 *)(xs + pc * XG_S + m) = make_float4(a[u].x * e[0], a[u].y * e[1], a[u].z * e[2], a[u].w * e[3]);
-                if (m == 0) xs[pc * XG_S + 64] = sum * pow2f(X1_K - 149);
-            }
-        }
-    }
+    x1_stage<4, 64, XG_S>(x, cols, xs);
     __syncthreads();
     float acc[R];
 #pragma unroll
