@@ -598,6 +598,25 @@ static void x1_device(int *nsm, int *smem_optin, int *smem_sm, int *dev_out) {
     *smem_sm = cache[dev][2];
 }
 
+/* The persistent grid of a T = 1 affine kernel: up to mb blocks an SM where smem bytes
+ * of shared memory a block fit, no more blocks than tasks (R-row units) need; opts the
+ * kernel in to more than 48 KB once per device (attr_set: one per instantiation). 0
+ * when smem does not fit at all. */
+template <typename K>
+static int x1_blocks(K kernel, unsigned *attr_set, size_t smem, long tasks, int mb) {
+    int nsm, optin, per_sm, dev;
+    x1_device(&nsm, &optin, &per_sm, &dev);
+    if (nsm <= 0 || smem > (size_t)optin) return 0;
+    if (smem > 48 * 1024 && !(*attr_set & (1u << (dev & 31)))) {
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess) return 0;
+        *attr_set |= 1u << (dev & 31);
+    }
+    int per = mb;
+    while (per > 1 && per * (smem + 1024) > (size_t)per_sm) per--;
+    const long need = (tasks + X1_WARPS - 1) / X1_WARPS;
+    return (int)(need < (long)nsm * per ? need : (long)nsm * per);
+}
+
 /* Launches the T = 1 kernel; false when x does not fit in shared memory or the rows
  * are not 16-byte aligned (the caller then takes the general kernel). */
 template <int R, int U, int BITS, int ST, bool P = false, int MB = 2>
@@ -606,20 +625,9 @@ static bool launch_x1(const weight *w, const float *x, float *y, cudaStream_t s)
     if (((uintptr_t)w->data & 15) != 0 || w->cols % 32 != 0 || w->cols > (1 << 24) || w->rows > (1L << 30)) return false;
     const int rows = (int)w->rows, cols = (int)w->cols;
     const size_t smem = (size_t)(cols / QB) * (QB + 4) * sizeof(float);
-    int nsm, optin, per_sm, dev;
-    x1_device(&nsm, &optin, &per_sm, &dev);
-    if (nsm <= 0 || smem > (size_t)optin) return false;
     static unsigned attr_set; /* per instantiation: devices with the opt-in done */
-    if (smem > 48 * 1024 && !(attr_set & (1u << (dev & 31)))) {
-        if (cudaFuncSetAttribute(kernel_mv_affine_x1<R, U, BITS, ST, P, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) !=
-            cudaSuccess)
-            return false;
-        attr_set |= 1u << (dev & 31);
-    }
-    int per = MB; /* blocks per SM: MB where their shared memory fits */
-    while (per > 1 && per * (smem + 1024) > (size_t)per_sm) per--;
-    const long tasks = (rows + R - 1) / R, need = (tasks + X1_WARPS - 1) / X1_WARPS;
-    const int blocks = (int)(need < (long)nsm * per ? need : (long)nsm * per);
+    const int blocks = x1_blocks(kernel_mv_affine_x1<R, U, BITS, ST, P, MB>, &attr_set, smem, (rows + R - 1) / R, MB);
+    if (!blocks) return false;
     const int gshift = __builtin_ctz((unsigned)(w->group / QB));
     cuk_launch(kernel_mv_affine_x1<R, U, BITS, ST, P, MB>, blocks, X1_WARPS * 32, smem, s, (const uint4 *)w->data, w->scales, w->biases,
                                                                            gshift, x, y, rows, cols);
@@ -729,19 +737,9 @@ static bool launch_q4g_x1(const weight *w, const float *x, float *y, cudaStream_
         return false;
     const int rows = (int)w->rows, cols = (int)w->cols;
     const size_t smem = (size_t)(cols / 64) * XG_S * sizeof(float);
-    int nsm, optin, per_sm, dev;
-    x1_device(&nsm, &optin, &per_sm, &dev);
-    if (nsm <= 0 || smem > (size_t)optin) return false;
     static unsigned attr_set;
-    if (smem > 48 * 1024 && !(attr_set & (1u << (dev & 31)))) {
-        if (cudaFuncSetAttribute(kernel_mv_q4g_x1<R, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess)
-            return false;
-        attr_set |= 1u << (dev & 31);
-    }
-    int per = 2;
-    while (per > 1 && per * (smem + 1024) > (size_t)per_sm) per--;
-    const long tasks = (rows + R - 1) / R, need = (tasks + X1_WARPS - 1) / X1_WARPS;
-    const int blocks = (int)(need < (long)nsm * per ? need : (long)nsm * per);
+    const int blocks = x1_blocks(kernel_mv_q4g_x1<R, U>, &attr_set, smem, (rows + R - 1) / R, 2);
+    if (!blocks) return false;
     const int gs = __builtin_ctz((unsigned)(w->group / 64));
     cuk_launch(kernel_mv_q4g_x1<R, U>, blocks, X1_WARPS * 32, smem, s, (const uint4 *)w->data, (const uint16_t *)w->scales,
                (const uint16_t *)w->biases, gs, x, y, rows, cols);
@@ -776,7 +774,7 @@ static int x1_forced(void) {
 
 static int x1_config(const weight *w) {
     const int f = x1_forced();
-    if (f >= 0) return f;
+    if (f >= 0 && f != X1_G64) return f; /* g64 where the group kernel does not apply: the usual choice */
     const long cpl = w->cols * w->bits / 4096; /* chunks per lane per row */
     if (cpl >= 2) return w->rows >= 65536 && cpl < 4 ? X1_R8U1 : X1_R2U4;
     return w->rows >= 65536 ? X1_R8U1 : X1_R4U2;
