@@ -33,6 +33,7 @@
     X(CUK_SKINNY_MIN_T, INT, "5", "1..32: the fewest rows a bf16 GPU product runs with the tensor-core decode kernel")   \
     X(CUK_MV_ROWS, INT, "0", "1, 2 or 4: rows per warp of the GPU matvec kernels (0: measured default)")            \
     X(CUK_MV_INT8, FLAG, "0", "1: GPU quantized products round activations to int8 (dp4a kernels)")                \
+    X(CUK_MV_I8X2, INT, "1", "0: fast-precision GPU one-row 4-bit products keep float activations; 1: two int8 terms on products of 4,096+ rows and 2,048+ columns; 2: on every shape (tests)") \
     X(CELER_PRECISION, STR, NULL, "fast or exact (unset: fast on the GPU, exact on the CPU; docs/cpu-kernels.md for the CPU's fast)")  \
     X(CELER_TP, INT, "0", "tensor-parallel ranks (--tp N): 0 off; N >= 1 splits the model over N GPUs, or N CPU threads") \
     X(CELER_TP_MASTER, STR, NULL, "--tp-master ADDR:PORT: rank 0's address that publishes the NCCL id (several hosts)") \
@@ -46,6 +47,7 @@
     X(CUK_QGEMM_MIN_ROWS, INT, "12288", "the fewest output features a GPU product of 65 or more activation rows needs to run with the fused dequantizing kernel (fewer: dequantize to bf16 for cuBLAS)") \
     X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \
     X(CUK_ATTN_NO_MMA, FLAG, "0", "1: GPU prefill over a bf16 KV cache uses the CUDA-core kernels, not flash attention on tensor cores") \
+    X(CUK_ATTN_MMA_MIN_KEYS, INT, "256", "one-query GPU attention over a bf16 KV cache of at most this many keys (its bucket) uses the CUDA-core kernel, not flash attention") \
     X(CUK_ATTN_PER_QUERY, FLAG, "0", "1: GPU prefill attention uses the per-query kernel instead of tiles")         \
     X(CUK_ATTN_WARPS, INT, "0", "0: auto (8 for grids under two blocks an SM, else 4); 4, 8 or 16 forces the GPU decode attention's warps a block") \
     X(CELER_FUZZ_WIRE, FLAG, "0", "1: fuzz_server_request also sends inputs over a socket to a live server")       \

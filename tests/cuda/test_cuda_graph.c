@@ -116,6 +116,50 @@ static void graphs_match(const char *dir) {
     free(late);
 }
 
+/* The fast precision on llama-q4: in the graphs, each norm and GLU writes the two-term
+ * int8 activations its one-row 4-bit product reads (the op list names the product); op
+ * by op, each product quantizes them itself. The same bytes, so the same logits bit for
+ * bit; and near the CPU's (the fast precision's own envelope is test_cuda_precision's). */
+static void llama_q4_fast(void) {
+    const char *dir = "tests/fixtures/models/llama-q4";
+    setting_override(SET_CELER_PRECISION, "fast");
+    setting_override(SET_CUK_MV_I8X2, "2"); /* the fixture's rows (128, 256 columns) too */
+    celer_model *m = celer_model_open_on(dir, 1, "cpu");
+    CHECK(m != NULL, "%s: %s", dir, celer_last_error());
+    if (m) {
+        celer_model_info in;
+        celer_model_get_info(m, &in);
+        celer_model_free(m);
+        const int V = in.vocab_size;
+        const size_t n = (size_t)(1 + STEPS) * V;
+        int32_t tok[PROMPT + STEPS];
+        unsigned seed = 12;
+        for (int i = 0; i < PROMPT + STEPS; i++) tok[i] = (int32_t)(rand_r(&seed) % (unsigned)(V - 1)) + 1;
+        float *g = malloc(n * sizeof *g), *ng = malloc(n * sizeof *ng), *cpu = malloc(n * sizeof *cpu);
+        CHECK(g && ng && cpu, "out of memory");
+        if (g && ng && cpu && run(dir, "cuda", 1, "63", tok, g, V) == 0 && run(dir, "cuda", 0, NULL, tok, ng, V) == 0 &&
+            run(dir, "cpu", 0, NULL, tok, cpu, V) == 0) {
+            size_t differ = 0;
+            double e = 0;
+            for (size_t i = 0; i < n; i++) {
+                differ += memcmp(&g[i], &ng[i], sizeof *g) != 0;
+                const double d = fabs((double)g[i] - cpu[i]);
+                if (!(d <= e)) e = d;
+            }
+            printf("  %s, fast: %zu values differ between graph and op-by-op runs; max |graph - cpu (fast)| = %.3g\n", dir,
+                   differ, e);
+            CHECK(differ == 0, "%s (fast): %zu logits differ between graph and op-by-op runs", dir, differ);
+            CHECK(e <= 0.25, "%s (fast): max |graph - cpu| = %g", dir, e);
+        } else {
+            CHECK(0, "%s (fast): a run failed", dir);
+        }
+        free(g);
+        free(ng);
+        free(cpu);
+    }
+    fixture_select_exact();
+}
+
 static void default_model(void) { graphs_match("models/default"); }
 static void gemma3_rotating(void) { graphs_match("tests/fixtures/models/gemma3"); }
 static void llama_q4(void) { graphs_match("tests/fixtures/models/llama-q4"); }
@@ -125,5 +169,6 @@ int main(void) {
     RUN(default_model);
     RUN(gemma3_rotating);
     RUN(llama_q4);
+    RUN(llama_q4_fast);
     return harness_done();
 }

@@ -131,11 +131,14 @@ static void check_matmul_p(const char *name, weight_fmt fmt, long rows, long col
         if (T <= CUK_MV_MAX_T && cuk_matvec_supports(&w.d)) {
             void *work;
             CK(cudaMalloc(&work, cuk_matvec_work(T, cols)));
-            rc = cuk_matvec(&w.d, dx, dy, T, work, NULL);
+            rc = cuk_matvec(&w.d, dx, dy, T, work, fast, NULL);
             CK(cudaDeviceSynchronize());
             cudaFree(work);
-            /* float activations; CUK_MV_INT8=1 quantizes them to int8 for quantized weights */
-            tol = w.h.fmt == WF_AFFINE && getenv("CUK_MV_INT8") ? 1e-2 : 1e-5;
+            /* float activations; CUK_MV_INT8=1 quantizes them to int8 for quantized weights;
+             * the fast precision's one-row 4-bit products to two int8 terms per 64 values
+             * (x within max|x| / 64,516 of its piece: about 2e-5 relative on these data; a
+             * product without the second term lands near 4e-3) */
+            tol = w.h.fmt == WF_AFFINE && getenv("CUK_MV_INT8") ? 1e-2 : fast && w.h.fmt == WF_AFFINE && T == 1 ? 1e-4 : 1e-5;
         } else {
             uint16_t *xbf, *wbf;
             CK(cudaMalloc((void **)&xbf, cuk_gemm_xbf_elems(T, cols) * 2));
@@ -175,6 +178,10 @@ static void matmul_formats(void) {
      * (3 steps a lane with 2 in a batch; rows off 4; groups of 128) */
     check_matmul("q4g64 wide", WF_AFFINE, 301, 6144, 4, 64, SC_BF16);
     check_matmul("q4g128 wide", WF_AFFINE, 77, 2048, 4, 128, SC_BF16);
+    /* the fast precision's two-term int8 kernel (kernel_mv_q4g_i8): a warp's last step
+     * with idle lanes (40 and 3 pieces a row), f32 and f16 scales */
+    check_matmul("q4g64-f32 2560", WF_AFFINE, 129, 2560, 4, 64, SC_F32);
+    check_matmul("q4g64-f16 192", WF_AFFINE, 65, 192, 4, 64, SC_F16);
     check_matmul("q4g32-f16", WF_AFFINE, 129, 512, 4, 32, SC_F16);
     check_matmul("q8g128-f32", WF_AFFINE, 200, 768, 8, 128, SC_F32);
     check_matmul("q3g64 (gemm path)", WF_AFFINE, 100, 384, 3, 64, SC_BF16);
@@ -232,6 +239,60 @@ static void skinny(void) {
     CHECK(!cuk_skinny_supports(&f16), "skinny takes bf16 weights only");
     weight odd = {.fmt = WF_BF16, .rows = 8, .cols = 60};
     CHECK(!cuk_skinny_supports(&odd), "skinny needs columns %% 8 == 0");
+}
+
+/* The fast precision's one-row 4-bit products (kernel_mv_q4g_i8) fed by the kernels that
+ * write their two-term int8 activations ahead (add + RMSNorm, GLU: cuk_matvec's fast 2):
+ * the same bits as the product quantizing a plain kernel's output itself (fast 1), for
+ * the norm (with and without the 1 + w form) and both GLU activations; a weight the
+ * kernel does not take is named so. */
+static void q8x2_staging(void) {
+    const long rows = 300, cols = 2560; /* 40 pieces: a warp's last step with idle lanes */
+    twin w = make_weight(WF_AFFINE, rows, cols, 4, 64, SC_BF16);
+    CHECK(cuk_matvec_q8x2(&w.d), "the two-term kernel should take q4 g64 [%ld x %ld]", rows, cols);
+    twin w32 = make_weight(WF_AFFINE, 8, 512, 4, 32, SC_BF16);
+    CHECK(!cuk_matvec_q8x2(&w32.d), "the two-term kernel needs groups of 64 or more");
+    free_twin(&w32);
+    float *h = malloc((size_t)cols * 4 * 4);
+    for (long i = 0; i < 4 * cols; i++) h[i] = frand() * (i % 7 == 0 ? 8.f : 1.f);
+    float *x1 = dup_dev(h, cols * 4), *x2 = dup_dev(h, cols * 4), *d = dup_dev(h + cols, cols * 4),
+          *nw = dup_dev(h + 2 * cols, cols * 4), *u = dup_dev(h + 3 * cols, cols * 4);
+    float *y1, *y2, *o1, *o2;
+    void *wk1, *wk2;
+    CK(cudaMalloc((void **)&y1, cols * 4)); CK(cudaMalloc((void **)&y2, cols * 4));
+    CK(cudaMalloc((void **)&o1, rows * 4)); CK(cudaMalloc((void **)&o2, rows * 4));
+    CK(cudaMalloc(&wk1, cuk_matvec_work(1, cols))); CK(cudaMalloc(&wk2, cuk_matvec_work(1, cols)));
+    float *a = malloc((size_t)(cols + rows) * 4), *b = malloc((size_t)(cols + rows) * 4);
+    for (int k = 0; k < 4; k++) { /* 0, 1: add + RMSNorm (w, 1 + w); 2, 3: GLU (SiLU, GELU) */
+        CK(cudaMemcpy(x1, h, cols * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(x2, h, cols * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemset(o2, 0xff, rows * 4));
+        int rc;
+        if (k < 2) {
+            rc = cuk_add_rmsnorm(x1, d, NULL, nw, y1, 1, (int)cols, 1e-6f, k, NULL) ||
+                 cuk_matvec(&w.d, y1, o1, 1, wk1, 1, NULL) ||
+                 cuk_add_rmsnorm_q8x2(x2, d, NULL, nw, y2, (int)cols, 1e-6f, k, wk2, NULL) ||
+                 cuk_matvec(&w.d, y2, o2, 1, wk2, 2, NULL);
+        } else {
+            rc = cuk_glu(x1, cols, u, cols, y1, 1, cols, k - 2, NULL) || cuk_matvec(&w.d, y1, o1, 1, wk1, 1, NULL) ||
+                 cuk_glu_q8x2(x2, u, y2, cols, k - 2, wk2, NULL) || cuk_matvec(&w.d, y2, o2, 1, wk2, 2, NULL);
+        }
+        CHECK(rc == 0, "q8x2 staging %d: %s", k, err_msg());
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(a, y1, cols * 4, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(a + cols, o1, rows * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(b, y2, cols * 4, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(b + cols, o2, rows * 4, cudaMemcpyDeviceToHost));
+        CHECK(memcmp(a, b, (size_t)cols * 4) == 0, "q8x2 staging %d: the staging kernel's own output differs", k);
+        CHECK(memcmp(a + cols, b + cols, (size_t)rows * 4) == 0, "q8x2 staging %d: staged and self-quantized products differ", k);
+        long live = 0;
+        for (long i = 0; i < rows; i++) live += isfinite(b[cols + i]) && b[cols + i] != 0.f;
+        CHECK(live == rows, "q8x2 staging %d: %ld of %ld outputs written", k, live, rows);
+    }
+    float *none = NULL;
+    CHECK(cuk_glu_q8x2(x1, u, none, 100, 0, wk2, NULL) != 0, "a GLU of 100 values cannot stage 64-value pieces");
+    free(a); free(b); free(h);
+    cudaFree(x1); cudaFree(x2); cudaFree(d); cudaFree(nw); cudaFree(u); cudaFree(y1); cudaFree(y2); cudaFree(o1); cudaFree(o2);
+    cudaFree(wk1); cudaFree(wk2);
+    free_twin(&w);
 }
 
 static void ops(void) {
@@ -503,7 +564,12 @@ static void attention(void) {
     check_attention(30, 1030, 192, 6, 2, 0, 0, 0);
     check_attention(1, 20000, 128, 4, 4, 0, 0, 0);
     /* flash attention (bf16 cache): a chunk appended to a long context, GQA 4, rows
-     * and keys off the 64 tiles; head dims 64-256 */
+     * and keys off the 64 tiles; head dims 64-256; from here one query over a short
+     * cache too (above, bf16 caches of at most CUK_ATTN_MMA_MIN_KEYS keys took the
+     * CUDA-core kernel for one query) */
+    setting_override(SET_CUK_ATTN_MMA_MIN_KEYS, "0");
+    check_attention_t(1, 700, 128, 8, 2, 0, 0, 0, 1);
+    check_attention_t(1, 1, 64, 4, 2, 0, 0, 1, 1);
     check_attention(130, 1500, 128, 32, 8, 0, 0, 0);
     check_attention(77, 77, 64, 16, 2, 0, 0, 1);
     check_attention(65, 600, 256, 8, 2, 100, 30.f, 1);
@@ -519,6 +585,7 @@ static void attention(void) {
     check_attention_t(2, 4096, 96, 16, 2, 0, 0, 0, 1);
     check_attention_t(1, 333, 192, 12, 4, 0, 20.f, 1, 1);
     cuk_flash_decode_set(0);
+    setting_override(SET_CUK_ATTN_MMA_MIN_KEYS, NULL);
 }
 
 /* The batched decode kernel (cuk_attention_batch): NS sequences of lengths len[i]
@@ -666,19 +733,21 @@ static void bench(void) {
         }
         void *work;
         CK(cudaMalloc(&work, cuk_matvec_work(8, shapes[s].cols)));
-        const int Tb[] = {1, 4};
-        for (int k = 0; k < 2; k++) {
+        /* T = 1 twice: exact, then fast (4-bit: two-term int8 activations, their quantizing launch included) */
+        const int Tb[] = {1, 1, 4};
+        for (int k = 0; k < 3; k++) {
+            if (k == 1 && !(shapes[s].f == WF_AFFINE && shapes[s].bits == 4)) continue;
             float tt[40];
             for (int i = 0; i < 44; i++) {
                 CK(cudaEventRecord(e0, 0));
-                cuk_matvec(&w[i % 4].d, dx, dy, Tb[k], work, NULL);
+                cuk_matvec(&w[i % 4].d, dx, dy, Tb[k], work, k == 1, NULL);
                 CK(cudaEventRecord(e1, 0));
                 CK(cudaEventSynchronize(e1));
                 if (i >= 4) tt[i - 4] = time_ms(e0, e1);
             }
             qsort(tt, 40, sizeof *tt, cmpf);
             double gbs = w[0].h.nbytes / (tt[20] * 1e-3) / 1e9;
-            printf("| %s | %d | %zu | %.1f | %.0f | %.0f%% |\n", shapes[s].name, Tb[k], w[0].h.nbytes, tt[20] * 1e3, gbs,
+            printf("| %s%s | %d | %zu | %.1f | %.0f | %.0f%% |\n", shapes[s].name, k == 1 ? " fast" : "", Tb[k], w[0].h.nbytes, tt[20] * 1e3, gbs,
                    100 * gbs / copy_gbs);
         }
         for (int c = 0; c < 4; c++) free_twin(&w[c]);
@@ -717,7 +786,7 @@ static void bench(void) {
                 for (int i = 0; i < 44; i++) {
                     const weight *wd = &w[i % 4].d;
                     CK(cudaEventRecord(e0, 0));
-                    if (m == 0) cuk_matvec(wd, dx, dy, T, work, NULL);
+                    if (m == 0) cuk_matvec(wd, dx, dy, T, work, 1, NULL);
                     else if (m == 1) cuk_gemm(cublas, wd, dx, dy, T, xbf, NULL, 0, 1, NULL);
                     else {
                         cuk_skinny_set_cfg(m == 5 ? 2 : m - 1);
@@ -861,11 +930,15 @@ int main(int argc, char **argv) {
         return harness_done();
     }
     if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) { printf("cublasCreate failed\n"); return 1; }
+    /* the two-term int8 one-row kernel on every shape it takes, small products included
+     * (by default only 4,096+ rows of 2,048+ columns) */
+    setting_override(SET_CUK_MV_I8X2, "2");
     if (!(argc > 1 && strcmp(argv[1], "--bench-only") == 0)) {
         RUN(launch_order);
         RUN(matmul_formats);
         RUN(skinny);
         RUN(ops);
+        RUN(q8x2_staging);
         RUN(attention);
         RUN(attention_batch);
     }

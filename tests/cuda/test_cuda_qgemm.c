@@ -253,7 +253,7 @@ static void matvec_mxfp4(void) {
         CK(cudaMalloc((void **)&dy, (size_t)T * 333 * 4));
         CK(cudaMalloc(&work, cuk_matvec_work(T, 1056)));
         CK(cudaMemset(dy, 0xff, (size_t)T * 333 * 4));
-        CHECK(cuk_matvec(&w.d, dx, dy, T, work, NULL) == 0, "mxfp4 matvec T=%d: %s", T, err_msg());
+        CHECK(cuk_matvec(&w.d, dx, dy, T, work, 0, NULL) == 0, "mxfp4 matvec T=%d: %s", T, err_msg());
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(y, dy, (size_t)T * 333 * 4, cudaMemcpyDeviceToHost));
         char what[64];

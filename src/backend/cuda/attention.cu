@@ -319,8 +319,13 @@ extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const a
     const int bf = kv->dtype == KVT_BF16;
     /* Over a bf16 cache: flash attention on the tensor cores (flash_attn.cu) for the
      * head dims it covers (1: not covered), prefill and decode, keys split across
-     * blocks when the queries alone cannot fill the GPU. */
-    if (bf && !setting_flag(SET_CUK_ATTN_NO_MMA) && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
+     * blocks when the queries alone cannot fill the GPU; except one query over a short
+     * cache (kv->n, the graph's key bound, at most CUK_ATTN_MMA_MIN_KEYS: 256, the first
+     * bucket), where the CUDA-core kernel below measured faster (tg128 from an empty
+     * cache: llama3-8b +2%, its q4 +4%, gemma3-4b +5%) and flash's fixed cost (split
+     * partials and their merge) is not yet paid back; from 512 keys on flash was level
+     * or faster, by up to 15% at 2,048 (docs/benchmarks/cuda.md, seventeenth session). */
+    if (bf && !(T == 1 && kv->n <= setting_int(SET_CUK_ATTN_MMA_MIN_KEYS)) && !setting_flag(SET_CUK_ATTN_NO_MMA) && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
         int splits = 1;
         const int r = cuk_flash_attention(q, qpos, T, kv, dyn, p, out, work, &splits, st);
         if (r < 0) return -1;

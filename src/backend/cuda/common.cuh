@@ -169,6 +169,15 @@ __device__ __forceinline__ float scale_ld(const void *p, long i) {
     return __ldg((const float *)p + i);
 }
 
+/* cp.async: 16 bytes global -> shared (through L2 only), groups committed and waited
+ * for (at most N groups left in flight). */
+__device__ __forceinline__ void cuk_cp16(void *s, const void *g) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(g));
+}
+__device__ __forceinline__ void cuk_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cuk_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
 /* A 16-byte load that bypasses L1 allocation hints: weights are read once. */
 __device__ __forceinline__ uint4 ld_stream(const void *p) {
     uint4 r;

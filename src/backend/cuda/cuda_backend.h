@@ -138,6 +138,11 @@ typedef struct {
     const float *xbf_src;
     long xbf_n;
     unsigned long op_seq, xbf_seq;
+    /* The same for one-row 4-bit products (cuk_matvec_q8x2): the matvec work holds
+     * xq_src's two-term int8 pieces when xq_seq + 1 == op_seq (written by the add +
+     * RMSNorm or GLU just before, which knew its product from the op list). */
+    const float *xq_src;
+    unsigned long xq_seq;
     /* CELER_PROFILE=1: every op timed alone (no graphs); 2: the ops of each replayed step
      * graph timed by event nodes between them. GPU time summed per kind. */
     int profile;

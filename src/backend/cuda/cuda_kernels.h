@@ -32,9 +32,14 @@ int cuk_late_files(int *masks, int cap);
 #define CUK_MV_MAX_T 8
 
 /* W [rows, cols] @ x [T, cols] -> y [T, rows], T <= CUK_MV_MAX_T (bf16, f16, f32, affine 4/8-bit, MXFP4).
- * Quantized weights multiply int8-quantized activations (per 32 or 16 values, with
- * exact float sums for the bias term) on dp4a; work holds cuk_matvec_work() bytes. */
-int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, cuk_stream s);
+ * Quantized weights multiply float activations, except: fast (the fast precision) at
+ * T = 1 on the 4-bit weights cuk_matvec_q8x2 names, activations as two int8 terms per 64
+ * values (q8x2.cuh: about 16 bits of each piece's largest value) on dp4a, quantized into
+ * work first, or (fast 2) already there, written by cuk_add_rmsnorm_q8x2 / cuk_glu_q8x2;
+ * CUK_MV_INT8=1, one int8 term per 32 or 16 values. work holds cuk_matvec_work() bytes
+ * (16-byte aligned). */
+int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, int fast, cuk_stream s);
+int cuk_matvec_q8x2(const weight *w);
 size_t cuk_matvec_work(int T, int64_t cols);
 /* Whether cuk_matvec has a kernel for this weight. */
 int cuk_matvec_supports(const weight *w);
@@ -101,6 +106,12 @@ int cuk_add_rmsnorm_bf16(float *x, const float *d, const float *dw, const float 
                          int plus_one, uint16_t *ybf, cuk_stream s);
 int cuk_glu_bf16(const float *g, long ldg, const float *u, long ldu, float *y, int T, long n, int act, uint16_t *ybf,
                  cuk_stream s);
+/* The same for one row (T = 1, n % 64 == 0) feeding a product cuk_matvec_q8x2 names:
+ * they also write y's two-term int8 pieces (q8x2.cuh) to xq, [n / 64][36] words, which
+ * the product then reads (cuk_matvec's fast 2); the same bytes as its own quantizing. */
+int cuk_add_rmsnorm_q8x2(float *x, const float *d, const float *dw, const float *w, float *y, int n, float eps, int plus_one,
+                         uint32_t *xq, cuk_stream s);
+int cuk_glu_q8x2(const float *g, const float *u, float *y, long n, int act, uint32_t *xq, cuk_stream s);
 /* The launcher of every KERNEL op of backend/ops_list.h (contracts there):
  * cuk_<op>(its arguments, stream), S arguments as pointers read on the host at
  * launch (rope_table: inv_freq on the device). qk_norm_rope needs head_dim <= 512. */

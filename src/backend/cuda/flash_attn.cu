@@ -71,12 +71,6 @@ __device__ __forceinline__ void fa_ldsm4t(uint32_t r[4], const uint16_t *p) {
                  : "r"(a));
 }
 
-__device__ __forceinline__ void fa_cp16(uint16_t *s, const uint16_t *g) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(s);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(g));
-}
-__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 /* Pool row `slot`'s row of KV head g in a cache K or V (the one place that knows the
  * cache's row layout: rows of `stride` elements, heads side by side; a paged view's
@@ -95,7 +89,7 @@ __device__ __forceinline__ void fa_load_tile(uint16_t *s, const uint16_t *__rest
     for (int i = threadIdx.x; i < FA_BN * CH; i += FA_WARPS * 32) {
         const int j = i / CH, c = (i % CH) * 8;
         uint16_t *d = s + j * S + c;
-        if (j0 + j < n) fa_cp16(d, fa_row<HD>(X, kv_run_slot(r, j), stride, g) + c);
+        if (j0 + j < n) cuk_cp16(d, fa_row<HD>(X, kv_run_slot(r, j), stride, g) + c);
         else *(uint4 *)d = make_uint4(0, 0, 0, 0);
     }
 }
@@ -176,10 +170,10 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
             if (klo > qhi || (window > 0 && khi <= qlo - window)) continue; /* no row sees this tile (same in every warp) */
         }
         fa_load_tile<HD>(sk, K, j0, je, run, stride, g);
-        fa_commit();
+        cuk_cp_commit();
         fa_load_tile<HD>(sv, V, j0, je, run, stride, g);
-        fa_commit();
-        fa_wait<1>(); /* this thread's key copies have landed */
+        cuk_cp_commit();
+        cuk_cp_wait<1>(); /* this thread's key copies have landed */
         __syncthreads();
 
         float sc[FA_BN / 8][4];
@@ -247,7 +241,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) kernel_flash_attn(const float *
             o[i][2] *= fb;
             o[i][3] *= fb;
         }
-        fa_wait<0>(); /* the value copies too */
+        cuk_cp_wait<0>(); /* the value copies too */
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < FA_BN / 16; kk++) {
@@ -355,17 +349,17 @@ __global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode(const float
         for (int i = lane; i < FD_KW * CH; i += 32) {
             const int j = i / CH, c = (i % CH) * 8;
             uint16_t *d = sk + j * S + c;
-            if (j0 + j < je) fa_cp16(d, fa_row<HD>(K, kv_run_slot(run, j), stride, g) + c);
+            if (j0 + j < je) cuk_cp16(d, fa_row<HD>(K, kv_run_slot(run, j), stride, g) + c);
             else *(uint4 *)d = make_uint4(0, 0, 0, 0);
         }
-        fa_commit();
+        cuk_cp_commit();
         for (int i = lane; i < FD_KW * CH; i += 32) {
             const int j = i / CH, c = (i % CH) * 8;
             uint16_t *d = sv + j * S + c;
-            if (j0 + j < je) fa_cp16(d, fa_row<HD>(V, kv_run_slot(run, j), stride, g) + c);
+            if (j0 + j < je) cuk_cp16(d, fa_row<HD>(V, kv_run_slot(run, j), stride, g) + c);
             else *(uint4 *)d = make_uint4(0, 0, 0, 0);
         }
-        fa_commit();
+        cuk_cp_commit();
     };
     int j0 = jb + warp * FD_KW;
     if (j0 < je) load(j0); /* the first pass's copies go out before the queries are staged */
@@ -409,10 +403,10 @@ __global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode(const float
             khi = max(khi, __shfl_xor_sync(0xffffffffu, khi, o2));
         }
         if (klo > qhi || (window > 0 && khi <= qlo - window)) { /* no row sees these keys */
-            fa_wait<0>();
+            cuk_cp_wait<0>();
             continue;
         }
-        fa_wait<1>(); /* this lane's key copies have landed */
+        cuk_cp_wait<1>(); /* this lane's key copies have landed */
         __syncwarp();  /* and every lane's */
         float sc[FD_KW / 8][4];
 #pragma unroll
@@ -478,7 +472,7 @@ __global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode(const float
             o[i][2] *= fb;
             o[i][3] *= fb;
         }
-        fa_wait<0>(); /* the value copies too */
+        cuk_cp_wait<0>(); /* the value copies too */
         __syncwarp();
 #pragma unroll
         for (int kk = 0; kk < FD_KW / 16; kk++) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/q8x2.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_kernels.h"
@@ -636,7 +637,7 @@ static bool launch_x1(const weight *w, const float *x, float *y, cudaStream_t s)
 
 /* ---- 4-bit MLX affine at T = 1, a whole group a lane ----
  * For groups of 64 codes (or a multiple) with bf16 scales and cols % 2048 == 0 (every
- * lane has the same whole steps: no bounds checks): each step a lane takes one 64-code
+ * lane has the same whole steps): each step a lane takes one 64-code
  * piece of a row (two 16-byte chunks, one scale and one bias load where
  * kernel_mv_affine_x1 loads them per chunk), a warp 32 consecutive pieces (1 KB). x is
  * staged as in kernel_mv_affine_x1 (the same powers of two per bit offset) per piece of
@@ -646,17 +647,22 @@ static bool launch_x1(const weight *w, const float *x, float *y, cudaStream_t s)
  * spends its addressing and scale loads per 64 codes instead of per 32. */
 #define XG_S 68
 
-template <int R, int U>
-__global__ void __launch_bounds__(X1_WARPS * 32, 2)
-    kernel_mv_q4g_x1(const uint4 *__restrict__ W, const uint16_t *__restrict__ S, const uint16_t *__restrict__ B, int gs,
-                     const float *__restrict__ x, float *__restrict__ y, int rows, int cols) {
-    extern __shared__ float4 x1_smem[];
-    float *xs = (float *)x1_smem;
-    const int lane = threadIdx.x & 31, nq = cols >> 5, npc = cols >> 6, spl = npc >> 5, ng = npc >> gs;
+/* The task loop of the two group-a-lane kernels (kernel_mv_q4g_x1 below and
+ * kernel_mv_q4g_i8): warp tasks of R rows, a lane one 64-code piece of each row a step
+ * (piece pc = step * 32 + lane; lanes past the row's npc pieces idle), U steps loaded
+ * ahead of their use; the first batch goes out before stage() (x's staging, after the
+ * PDL wait) so the weights stream while the kernel before ends. dot(pc, c, sc, bi, acc)
+ * adds piece pc of each row (c[r]: its 32 bytes of codes, sc[r] / bi[r]: its group's
+ * scale and bias) to acc[r]; a finished row's lane sum times out_scale goes to y. */
+template <int R, int U, int ST, typename StageF, typename DotF>
+__device__ __forceinline__ void q4g_tasks(const uint4 *__restrict__ W, const void *__restrict__ S, const void *__restrict__ B,
+                                          int gs, int rows, int cols, float out_scale, float *__restrict__ y, StageF stage,
+                                          DotF dot) {
+    const int lane = threadIdx.x & 31, nq = cols >> 5, npc = cols >> 6, spl = (npc + 31) >> 5, ng = npc >> gs;
     const int tstride = gridDim.x * X1_WARPS;
     int task = blockIdx.x * X1_WARPS + (threadIdx.x >> 5);
     const uint4 *wr[R];
-    const uint16_t *sr[R], *br[R];
+    long gb[R];
     uint4 v[U][R][2];
     float sc[U][R], bi[U][R];
     auto rows_of = [&](int t) {
@@ -664,31 +670,28 @@ __global__ void __launch_bounds__(X1_WARPS * 32, 2)
         for (int r = 0; r < R; r++) {
             const long row = min(t * R + r, rows - 1);
             wr[r] = W + row * nq;
-            sr[r] = S + row * ng;
-            br[r] = B + row * ng;
+            gb[r] = row * ng;
         }
     };
-    auto load = [&](int s0) { /* steps s0 .. s0 + U - 1 of the current rows (those < spl) */
+    auto load = [&](int s0) { /* steps s0 .. s0 + U - 1 of the current rows (pieces < npc) */
 #pragma unroll
         for (int q = 0; q < U; q++) {
             const int pc = (s0 + q) * 32 + lane;
-            const bool ok = s0 + q < spl;
+            const bool ok = pc < npc;
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 v[q][r][0] = ok ? ld_stream(wr[r] + 2 * pc) : make_uint4(0, 0, 0, 0);
                 v[q][r][1] = ok ? ld_stream(wr[r] + 2 * pc + 1) : make_uint4(0, 0, 0, 0);
-                sc[q][r] = ok ? bf16f(__ldg(sr[r] + (pc >> gs))) : 0.f;
-                bi[q][r] = ok ? bf16f(__ldg(br[r] + (pc >> gs))) : 0.f;
+                sc[q][r] = ok ? scale_ld<ST>(S, gb[r] + (pc >> gs)) : 0.f;
+                bi[q][r] = ok ? scale_ld<ST>(B, gb[r] + (pc >> gs)) : 0.f;
             }
         }
     };
-    if (task * R < rows) { /* the first batch's loads go out before x is staged */
+    if (task * R < rows) {
         rows_of(task);
         load(0);
     }
-    cuk_pdl_start();
-    x1_stage<4, 64, XG_S>(x, cols, xs);
-    __syncthreads();
+    stage();
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.f;
@@ -697,26 +700,15 @@ __global__ void __launch_bounds__(X1_WARPS * 32, 2)
 #pragma unroll
         for (int q = 0; q < U; q++) {
             if (s0 + q >= spl) break; /* the same in every lane */
-            const float *xp = xs + ((s0 + q) * 32 + lane) * XG_S;
-            uint4 c0[R], c1[R];
-#pragma unroll
-            for (int r = 0; r < R; r++) { c0[r] = v[q][r][0]; c1[r] = v[q][r][1]; }
-            float pa[R], pb[R];
-            chunk_dot<4, R>(c0, xp, pa);
-            chunk_dot<4, R>(c1, xp + 32, pb);
-            const float sx = xp[64];
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                acc[r] = fmaf(sc[q][r], pa[r] + pb[r], acc[r]);
-                acc[r] = fmaf(bi[q][r], sx, acc[r]);
-            }
+            const int pc = (s0 + q) * 32 + lane;
+            if (pc < npc) dot(pc, v[q], sc[q], bi[q], acc);
         }
         s0 += U;
         if (s0 >= spl) { /* the task's rows are finished */
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const float sum = warp_sum(acc[r]);
-                if (lane == 0 && task * R + r < rows) y[task * R + r] = sum * pow2f(149 - X1_K);
+                if (lane == 0 && task * R + r < rows) y[task * R + r] = sum * out_scale;
                 acc[r] = 0.f;
             }
             task += tstride;
@@ -726,6 +718,39 @@ __global__ void __launch_bounds__(X1_WARPS * 32, 2)
         }
         load(s0);
     }
+}
+
+template <int R, int U>
+__global__ void __launch_bounds__(X1_WARPS * 32, 2)
+    kernel_mv_q4g_x1(const uint4 *__restrict__ W, const uint16_t *__restrict__ S, const uint16_t *__restrict__ B, int gs,
+                     const float *__restrict__ x, float *__restrict__ y, int rows, int cols) {
+    extern __shared__ float4 x1_smem[];
+    float *xs = (float *)x1_smem;
+    q4g_tasks<R, U, 0>(
+        W, S, B, gs, rows, cols, pow2f(149 - X1_K), y,
+        [&] {
+            cuk_pdl_start();
+            x1_stage<4, 64, XG_S>(x, cols, xs);
+            __syncthreads();
+        },
+        [&](int pc, const uint4 (&c)[R][2], const float (&sc)[R], const float (&bi)[R], float (&acc)[R]) {
+            const float *xp = xs + pc * XG_S;
+            uint4 c0[R], c1[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                c0[r] = c[r][0];
+                c1[r] = c[r][1];
+            }
+            float pa[R], pb[R];
+            chunk_dot<4, R>(c0, xp, pa);
+            chunk_dot<4, R>(c1, xp + 32, pb);
+            const float sx = xp[64];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                acc[r] = fmaf(sc[r], pa[r] + pb[r], acc[r]);
+                acc[r] = fmaf(bi[r], sx, acc[r]);
+            }
+        });
 }
 
 /* Launches kernel_mv_q4g_x1; false where it does not apply (the caller then takes
@@ -744,6 +769,122 @@ static bool launch_q4g_x1(const weight *w, const float *x, float *y, cudaStream_
     cuk_launch(kernel_mv_q4g_x1<R, U>, blocks, X1_WARPS * 32, smem, s, (const uint4 *)w->data, (const uint16_t *)w->scales,
                (const uint16_t *)w->biases, gs, x, y, rows, cols);
     return true;
+}
+
+/* ---- 4-bit MLX affine at T = 1 under the fast precision: two-term int8 activations ----
+ * x as q8x2.cuh lays it out (written once per product by kernel_quant_x2, or by the
+ * add + RMSNorm or GLU before it): the codes need no conversion, dp4a multiplies four
+ * codes by four h (or l) bytes, so a word of eight codes costs two masks, a shift and
+ * four dp4a (about 1 instruction a code against 3.2 in kernel_mv_q4g_x1). */
+
+/* x [cols] (cols % 64 == 0) -> xq [cols / 64][XQ_W]: one warp a piece */
+__global__ void kernel_quant_x2(const float *__restrict__ x, int npc, uint32_t *__restrict__ xq) {
+    cuk_pdl_start();
+    const int lane = threadIdx.x & 31, p = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (p >= npc) return; /* whole warps */
+    const float2 v = __ldg((const float2 *)(x + (long)p * 64) + lane);
+    q8x2_piece(v.x, v.y, xq + (long)p * XQ_W);
+}
+
+/* y [rows] = W x, x as kernel_quant_x2 wrote it (xq), on q4g_tasks as kernel_mv_q4g_x1
+ * (R rows a warp, U steps in flight), groups of 64 << gs codes, cols % 64 == 0 (a
+ * warp's last step may leave lanes idle). */
+template <int R, int U, int ST>
+__global__ void __launch_bounds__(X1_WARPS * 32, 2)
+    kernel_mv_q4g_i8(const uint4 *__restrict__ W, const void *__restrict__ S, const void *__restrict__ B, int gs,
+                     const uint4 *__restrict__ xq, float *__restrict__ y, int rows, int cols) {
+    extern __shared__ float4 x1_smem[];
+    uint4 *xs = (uint4 *)x1_smem; /* [npc][XQ_W / 4] */
+    const int npc = cols >> 6;
+    q4g_tasks<R, U, ST>(
+        W, S, B, gs, rows, cols, 1.f, y,
+        [&] {
+            cuk_pdl_start();
+            for (int i = threadIdx.x; i < npc * (XQ_W / 4); i += blockDim.x) xs[i] = __ldg(xq + i);
+            __syncthreads();
+        },
+        [&](int pc, const uint4 (&c)[R][2], const float (&sc)[R], const float (&bi)[R], float (&acc)[R]) {
+            const uint4 *xp = xs + pc * (XQ_W / 4);
+            int ih[R], il[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) ih[r] = il[r] = 0;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const uint4 xv = xp[k];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint4 cw = c[r][k >> 2];
+                    const uint32_t w = (k & 3) == 0 ? cw.x : (k & 3) == 1 ? cw.y : (k & 3) == 2 ? cw.z : cw.w;
+                    const uint32_t ev = w & 0x0f0f0f0fu, od = (w >> 4) & 0x0f0f0f0fu;
+                    ih[r] = dp4a_us(ev, xv.x, ih[r]);
+                    ih[r] = dp4a_us(od, xv.y, ih[r]);
+                    il[r] = dp4a_us(ev, xv.z, il[r]);
+                    il[r] = dp4a_us(od, xv.w, il[r]);
+                }
+            }
+            const float2 ds = *(const float2 *)(xp + 8); /* d / 254, the piece's sum */
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                acc[r] = fmaf(sc[r] * ds.x, (float)(ih[r] * 254 + il[r]), acc[r]);
+                acc[r] = fmaf(bi[r], ds.y, acc[r]);
+            }
+        });
+}
+
+/* CUK_MV_I8X2: 0 the fast precision's T = 1 4-bit products keep float activations (A/B
+ * runs); 1 (default) two-term int8 activations on the products q4_i8_applies names; 2
+ * on every shape the kernel takes (tests: the fixtures' rows are 2-4 pieces). */
+static int i8x2_mode(void) {
+    static int v = -1;
+    if (v < 0) {
+        const long m = setting_int(SET_CUK_MV_I8X2);
+        v = m >= 0 && m <= 2 ? (int)m : 1;
+    }
+    return v;
+}
+
+/* Whether the fast precision's T = 1 product of w takes kernel_mv_q4g_i8: 4-bit, groups
+ * of 64 or more (a power of two), cols % 64 == 0, 16-byte aligned rows, x's pieces in
+ * shared memory; by default (mode 1) only products of 4,096 rows or more and 2,048
+ * columns or more: on smaller ones the extra quantizing launch (o's input) and lanes
+ * left idle cost more than the kernel saves (qwen3-0.6b q4 tg128 1,073 against 1,140
+ * with it on every product; docs/benchmarks/cuda.md, seventeenth session). */
+static bool q4_i8_applies(const weight *w) {
+    const int mode = i8x2_mode();
+    if (!mode || w->fmt != WF_AFFINE || w->bits != 4 || w->group < 64 || w->group > 64 * 32 ||
+        (w->group & (w->group - 1)) || w->cols % 64 != 0 || w->cols > (1 << 24) || w->rows > (1L << 30) ||
+        ((uintptr_t)w->data & 15) != 0 || (mode == 1 && (w->cols < 2048 || w->rows < 4096)))
+        return false;
+    int nsm, optin, per_sm, dev;
+    x1_device(&nsm, &optin, &per_sm, &dev);
+    return (size_t)(w->cols / 64) * XQ_W * sizeof(uint32_t) <= (size_t)optin;
+}
+
+extern "C" int cuk_matvec_q8x2(const weight *w) { return q4_i8_applies(w); }
+
+/* The fast precision's T = 1 4-bit product: x quantized into work (unless staged: an
+ * earlier kernel wrote it there), then the dp4a kernel. */
+template <int R, int U, int ST>
+static bool launch_q4g_i8(const weight *w, const float *x, float *y, void *work, bool staged, cudaStream_t s) {
+    const int rows = (int)w->rows, cols = (int)w->cols, npc = cols / 64;
+    const size_t smem = (size_t)npc * XQ_W * sizeof(uint32_t);
+    static unsigned attr_set;
+    const int blocks = x1_blocks(kernel_mv_q4g_i8<R, U, ST>, &attr_set, smem, (rows + R - 1) / R, 2);
+    if (!blocks || ((uintptr_t)work & 15) != 0) return false;
+    const int gs = __builtin_ctz((unsigned)(w->group / 64));
+    if (!staged) cuk_launch(kernel_quant_x2, (unsigned)((npc + 7) / 8), 256, 0, s, x, npc, (uint32_t *)work);
+    cuk_launch(kernel_mv_q4g_i8<R, U, ST>, blocks, X1_WARPS * 32, smem, s, (const uint4 *)w->data, w->scales, w->biases, gs,
+               (const uint4 *)work, y, rows, cols);
+    return true;
+}
+
+static bool launch_q4_fast(const weight *w, const float *x, float *y, void *work, bool staged, cudaStream_t s) {
+    if (!q4_i8_applies(w)) return false;
+    switch (w->stype) {
+    case SC_BF16: return launch_q4g_i8<2, 2, 0>(w, x, y, work, staged, s);
+    case SC_F16: return launch_q4g_i8<2, 2, 1>(w, x, y, work, staged, s);
+    default: return launch_q4g_i8<2, 2, 2>(w, x, y, work, staged, s);
+    }
 }
 
 /* Rows per warp (R) and 16-byte chunks per row in flight per lane (U). Default: R = 2,
@@ -816,8 +957,11 @@ static int int8_activations(void) {
 }
 
 extern "C" size_t cuk_matvec_work(int T, int64_t cols) {
-    /* xq int8, then xd and xs per 16 values (the finer of the two block sizes) */
-    return (size_t)T * cols + 2 * sizeof(float) * (size_t)T * (cols / 16) + 64;
+    /* CUK_MV_INT8: xq int8, then xd and xs per 16 values (the finer of the two block
+     * sizes); the fast precision's T = 1 4-bit products: XQ_W words per 64 columns */
+    const size_t i8 = (size_t)T * cols + 2 * sizeof(float) * (size_t)T * (cols / 16) + 64;
+    const size_t x2 = (size_t)(cols / 64 + 1) * XQ_W * sizeof(uint32_t);
+    return i8 > x2 ? i8 : x2;
 }
 
 static int rows_per_warp(int T) {
@@ -896,9 +1040,11 @@ extern "C" int cuk_matvec_supports(const weight *w) {
     }
 }
 
-extern "C" int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, cuk_stream st) {
+extern "C" int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, int fast, cuk_stream st) {
     cudaStream_t s = (cudaStream_t)st;
     if (!cuk_matvec_supports(w)) return err_set("cuda matvec: no kernel for this weight format");
+    if (T == 1 && fast && !int8_activations() && launch_q4_fast(w, x, y, work, fast == 2, s)) return cuk_check("matvec");
+    if (fast == 2) return err_set("cuda matvec: activations staged for a product that does not read them");
     if (T == 1 && w->fmt == WF_AFFINE && !int8_activations() && !x1_off() &&
         (w->bits == 4 ? launch_x1_st<4>(w, x, y, s) : launch_x1_st<8>(w, x, y, s)))
         return cuk_check("matvec");

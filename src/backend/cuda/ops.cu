@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/q8x2.cuh"
 #include "backend/cuda/kv_elem.cuh"
 
 extern "C" {
@@ -88,7 +89,7 @@ extern "C" int cuk_rmsnorm(const float *x, const float *w, float *y, int T, int 
  * kernels bit for bit. Each thread writes only elements it read (y may be d). */
 __global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const float *__restrict__ dw,
                                    const float *__restrict__ w, float *y, int n, float eps, int plus_one,
-                                   uint16_t *__restrict__ ybf) {
+                                   uint16_t *__restrict__ ybf, uint32_t *__restrict__ xq) {
     cuk_pdl_start_small(CUK_LATE_NORM);
     float *xr = x + (long)blockIdx.x * n;
     const float *dr = d + (long)blockIdx.x * n;
@@ -109,6 +110,18 @@ __global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const 
     if (!y) return;
     const float r2 = rsqrtf(block_sum(ss, part) / n + eps);
     float *yr = y + (long)blockIdx.x * n;
+    if (xq) { /* two values a lane, a warp a piece (n % 64 == 0: whole warps); block_sum has
+               * synchronized the block, so x's other elements are written */
+        uint32_t *qr = xq + (long)blockIdx.x * (n / 64) * XQ_W;
+        for (int i = 2 * threadIdx.x; i < n; i += 2 * blockDim.x) {
+            const float ga = w ? (plus_one ? 1.f + w[i] : w[i]) : 1.f, gb = w ? (plus_one ? 1.f + w[i + 1] : w[i + 1]) : 1.f;
+            const float a = xr[i] * r2 * ga, b = xr[i + 1] * r2 * gb;
+            yr[i] = a;
+            yr[i + 1] = b;
+            q8x2_piece(a, b, qr + (i / 64) * XQ_W);
+        }
+        return;
+    }
     uint16_t *br = ybf ? ybf + (long)blockIdx.x * n : NULL;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float g = w ? (plus_one ? 1.f + w[i] : w[i]) : 1.f;
@@ -126,8 +139,16 @@ extern "C" int cuk_add_rmsnorm(float *x, const float *d, const float *dw, const 
 extern "C" int cuk_add_rmsnorm_bf16(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n,
                                     float eps, int plus_one, uint16_t *ybf, cuk_stream s) {
     int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
-    cuk_launch(kernel_add_rmsnorm, T, threads, 0, (cudaStream_t)s, x, d, dw, w, y, n, eps, plus_one, ybf);
+    cuk_launch(kernel_add_rmsnorm, T, threads, 0, (cudaStream_t)s, x, d, dw, w, y, n, eps, plus_one, ybf, (uint32_t *)NULL);
     return cuk_check("add_rmsnorm");
+}
+
+extern "C" int cuk_add_rmsnorm_q8x2(float *x, const float *d, const float *dw, const float *w, float *y, int n, float eps,
+                                    int plus_one, uint32_t *xq, cuk_stream s) {
+    if (n % 64 != 0 || !y) return err_set("cuda add_rmsnorm (q8x2): %d values (a multiple of 64 with an output)", n);
+    int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
+    cuk_launch(kernel_add_rmsnorm, 1, threads, 0, (cudaStream_t)s, x, d, dw, w, y, n, eps, plus_one, (uint16_t *)NULL, xq);
+    return cuk_check("add_rmsnorm (q8x2)");
 }
 
 /* one block of head_dim threads per (token, head) of q then k: the head's RMSNorm
@@ -212,6 +233,13 @@ extern "C" int cuk_rope(float *x, int T, int n_heads, int head_dim, const int32_
     return cuk_check("rope");
 }
 
+/* act 0: SiLU(v) * w, else GELU (tanh form)(v) * w */
+__device__ __forceinline__ float glu_act(float v, float w, int act) {
+    if (act == 0) return v / (1.f + expf(-v)) * w;
+    const float k = 0.7978845608028654f;
+    return 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v))) * w;
+}
+
 /* blockIdx.x: 256 columns of a row, blockIdx.y (strided): the rows */
 __global__ void kernel_glu(const float *g, long ldg, const float *u, long ldu, float *y, int T, long n, int act,
                            uint16_t *__restrict__ ybf) {
@@ -219,17 +247,28 @@ __global__ void kernel_glu(const float *g, long ldg, const float *u, long ldu, f
     const long j = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n) return;
     for (long t = blockIdx.y; t < T; t += gridDim.y) {
-        const float v = g[t * ldg + j], w = u[t * ldu + j];
-        float r;
-        if (act == 0) {
-            r = v / (1.f + expf(-v)) * w;
-        } else {
-            const float k = 0.7978845608028654f;
-            r = 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v))) * w;
-        }
+        const float r = glu_act(g[t * ldg + j], u[t * ldu + j], act);
         y[t * n + j] = r;
         if (ybf) ybf[t * n + j] = f2bf16(r);
     }
+}
+
+/* one row, two values a thread, a warp a piece of xq (n % 64 == 0: whole warps) */
+__global__ void kernel_glu_q8x2(const float *__restrict__ g, const float *__restrict__ u, float *__restrict__ y, long n, int act,
+                                uint32_t *__restrict__ xq) {
+    cuk_pdl_start_small(CUK_LATE_GLU);
+    const long j = 2 * ((long)blockIdx.x * blockDim.x + threadIdx.x);
+    if (j >= n) return;
+    const float a = glu_act(g[j], u[j], act), b = glu_act(g[j + 1], u[j + 1], act);
+    y[j] = a;
+    y[j + 1] = b;
+    q8x2_piece(a, b, xq + (j / 64) * XQ_W);
+}
+
+extern "C" int cuk_glu_q8x2(const float *g, const float *u, float *y, long n, int act, uint32_t *xq, cuk_stream s) {
+    if (n <= 0 || n % 64 != 0) return err_set("cuda glu (q8x2): %ld values (a multiple of 64)", n);
+    cuk_launch(kernel_glu_q8x2, blocks_for(n / 2, 256), 256, 0, (cudaStream_t)s, g, u, y, n, act, xq);
+    return cuk_check("glu (q8x2)");
 }
 
 extern "C" int cuk_glu(const float *g, long ldg, const float *u, long ldu, float *y, int T, long n, int act, cuk_stream s) {

@@ -84,8 +84,6 @@ __device__ __forceinline__ void qg_cp16(uint16_t *s, const void *g, int n) {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(s);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(g), "r"(n));
 }
-__device__ __forceinline__ void qg_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void qg_wait0() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 /* One thread's share of a weight tile in registers: codes and their scale and bias
  * (MXFP4: the block's power of two halved, see qg_store; bias unused). */
@@ -202,10 +200,10 @@ __global__ void __launch_bounds__(QG_THREADS, 2)
     qg_raw<FMT> raw, raw2;
     qg_load<FMT>(raw, W, S, B, stype, gshift, N, K, f0, kof(kb));
     qg_load_x<BT>(kb >= nk ? x2 : x, T, K, t0, kof(kb), xs0);
-    qg_commit();
+    cuk_cp_commit();
     qg_store<FMT>(raw, ws0);
     if (kb + 1 < nkt) qg_load<FMT>(raw, W, S, B, stype, gshift, N, K, f0, kof(kb + 1));
-    qg_wait0();
+    cuk_cp_wait<0>();
     __syncthreads();
 
     float acc[MT][4][4];
@@ -221,7 +219,7 @@ __global__ void __launch_bounds__(QG_THREADS, 2)
         const bool more = kt + 1 < nkt;
         if (more) { /* the next step's activations straight to shared memory; the codes of the one after to registers */
             qg_load_x<BT>(kt + 1 >= nk ? x2 : x, T, K, t0, kof(kt + 1), xs0 + (cur ^ 1) * BT * QG_S);
-            qg_commit();
+            cuk_cp_commit();
             if (kt + 2 < nkt) qg_load<FMT>(raw2, W, S, B, stype, gshift, N, K, f0, kof(kt + 2));
         }
         const uint16_t *xs = xs0 + cur * BT * QG_S, *ws = ws0 + cur * QG_BF * QG_S;
@@ -244,7 +242,7 @@ __global__ void __launch_bounds__(QG_THREADS, 2)
             qg_store<FMT>(raw, ws0 + (cur ^ 1) * QG_BF * QG_S);
             raw = raw2;
         }
-        qg_wait0();
+        cuk_cp_wait<0>();
         __syncthreads();
     }
 

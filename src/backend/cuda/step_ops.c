@@ -106,7 +106,7 @@ static int reserve_work(cuda_backend *c, const step_op *e) {
     }
 }
 
-static void run_op_now(cuda_backend *c, const step_op *e, const char *vals);
+static void run_op_now(cuda_backend *c, const step_op *e, const step_op *next, const char *vals);
 
 /* CELER_PROFILE: ms of GPU time for op e, summed by kind */
 static void prof_add(cuda_backend *c, const step_op *e, float ms) {
@@ -119,17 +119,18 @@ static void prof_add(cuda_backend *c, const step_op *e, float ms) {
     c->prof_n[k]++;
 }
 
-/* Enqueues e; vals is the device copy of its values (the value block + e->dyn).
+/* Enqueues e; vals is the device copy of its values (the value block + e->dyn); next:
+ * the op after it where the list is known (recorded steps), else NULL.
  * Under CELER_PROFILE=1 each op is timed alone with events (slow, for profiles). */
-static void run_op(cuda_backend *c, const step_op *e, const char *vals) {
+static void run_op(cuda_backend *c, const step_op *e, const step_op *next, const char *vals) {
     if (c->profile != 1) {
         const int tl = tl_begin(c, e->op);
-        run_op_now(c, e, vals);
+        run_op_now(c, e, next, vals);
         if (tl) tl_end(c);
         return;
     }
     cudaEventRecord(c->prof_ev[0], c->stream);
-    run_op_now(c, e, vals);
+    run_op_now(c, e, next, vals);
     cudaEventRecord(c->prof_ev[1], c->stream);
     float ms = 0;
     if (cudaEventSynchronize(c->prof_ev[1]) == cudaSuccess && cudaEventElapsedTime(&ms, c->prof_ev[0], c->prof_ev[1]) == cudaSuccess)
@@ -217,10 +218,37 @@ static int stage_ahead(cuda_backend *c, const step_op *e, cudaStream_t st) {
     return 1;
 }
 
-static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
+/* The fast precision's one-row 4-bit products read their activations as two-term int8
+ * pieces (cuk_matvec_q8x2): an add + RMSNorm or GLU whose output such a product reads
+ * next (next: known in recorded steps) also writes them, into the matvec work the
+ * product reads, so the product skips its quantizing launch. 1 when it ran e. */
+static int stage_q8x2(cuda_backend *c, const step_op *e, const step_op *next, cudaStream_t st) {
+    if (!c->self->fast || !next || next->op != SOP_matmul || next->u.matmul.T != 1) return 0;
+    const weight *w = &next->u.matmul.w;
+    if (skinny_ok(w, 1) || !gemm_ok(w, 1) || !cuk_matvec_q8x2(w) || c->mv.cap < cuk_matvec_work(1, w->cols)) return 0;
+    const float *y;
+    if (e->op == SOP_add_rmsnorm && e->u.add_rmsnorm.y) {
+        const op_add_rmsnorm_args *a = &e->u.add_rmsnorm;
+        if (a->T != 1 || a->y != next->u.matmul.x || a->n != w->cols) return 0;
+        y = a->y;
+        RUN(cuk_add_rmsnorm_q8x2(a->x, a->d, a->dw, a->w, a->y, a->n, a->eps, a->plus_one, c->mv.p, st));
+    } else if (e->op == SOP_glu) {
+        const op_glu_args *a = &e->u.glu;
+        if (a->T != 1 || a->y != next->u.matmul.x || a->n != w->cols) return 0;
+        y = a->y;
+        RUN(cuk_glu_q8x2(a->g, a->u, a->y, a->n, a->act, c->mv.p, st));
+    } else {
+        return 0;
+    }
+    c->xq_src = c->failed ? NULL : y;
+    c->xq_seq = c->op_seq;
+    return 1;
+}
+
+static void run_op_now(cuda_backend *c, const step_op *e, const step_op *next, const char *vals) {
     cudaStream_t st = c->stream;
     c->op_seq++; /* the staged activations stay valid only from one product to the next */
-    if (stage_ahead(c, e, st)) return;
+    if (stage_q8x2(c, e, next, st) || stage_ahead(c, e, st)) return;
     switch (e->op) {
 /* a KERNEL op: its launcher over the recorded arguments */
 #define CUDA_OP_RUN(name)                            \
@@ -238,7 +266,8 @@ static void run_op_now(cuda_backend *c, const step_op *e, const char *vals) {
         const int T = e->u.matmul.T;
         const int sk = skinny_ok(w, T);
         if (!sk && gemm_ok(w, T)) {
-            RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, st));
+            const int q8 = c->self->fast && T == 1 && c->xq_src == e->u.matmul.x && c->xq_seq + 1 == c->op_seq;
+            RUN(cuk_matvec(w, e->u.matmul.x, e->u.matmul.y, T, c->mv.p, c->self->fast ? 1 + q8 : 0, st));
         } else if (!sk && cuk_qgemm_wanted(w, T, c->self->fast)) {
             RUN(cuk_qgemm(w, e->u.matmul.x, e->u.matmul.y, T, c->xbf.p,
                           cuk_qgemm_work(w, T, c->self->fast) ? c->y2.p : NULL, c->self->fast, st));
@@ -361,7 +390,7 @@ static void close_put(cuda_backend *c) {
 static void run_ops(cuda_backend *c, const step_op *ops, int n, cudaEvent_t *ev) {
     for (int i = 0; i < n && !c->failed; i++) {
         if (ev) cudaEventRecordWithFlags(ev[i], c->stream, cudaEventRecordExternal);
-        run_op(c, &ops[i], values_of(c, &ops[i]));
+        run_op(c, &ops[i], i + 1 < n ? &ops[i + 1] : NULL, values_of(c, &ops[i]));
     }
     if (ev && !c->failed) cudaEventRecordWithFlags(ev[n], c->stream, cudaEventRecordExternal);
 }
@@ -423,7 +452,7 @@ now:
         cuda_stage_upload(c, c->dvalues, vals, nv);
         e->dyn = 0;
     }
-    run_op(c, e, c->dvalues);
+    run_op(c, e, NULL, c->dvalues);
 }
 
 /* A zeroed op (so recorded steps compare byte for byte). */
