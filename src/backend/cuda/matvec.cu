@@ -4,7 +4,9 @@
  * Formats: bf16, f16, f32, MLX affine 4- and 8-bit (groups 32/64/128) and MXFP4. MLX affine
  * at T = 1 has its own kernels (kernel_mv_affine_x1: x staged in shared memory, codes
  * turned into floats by a mask alone; kernel_mv_q4g_x1, the same with a whole group a
- * lane for the common 4-bit shapes), exact to float rounding like the general one. */
+ * lane for the common 4-bit shapes), exact to float rounding like the general one; under
+ * the fast precision llama-sized 4-bit products take kernel_mv_q4g_i8 instead (two-term
+ * int8 activations, q8x2.cuh, on dp4a). */
 #include <cuda_fp16.h>
 #include <stdlib.h>
 #include <string.h>
