@@ -253,9 +253,9 @@ __global__ void kernel_glu(const float *g, long ldg, const float *u, long ldu, f
     }
 }
 
-/* one row, two values a thread, a warp a piece of xq (n % 64 == 0: whole warps) */
-__global__ void kernel_glu_q8x2(const float *__restrict__ g, const float *__restrict__ u, float *__restrict__ y, long n, int act,
-                                uint32_t *__restrict__ xq) {
+/* one row, two values a thread, a warp a piece of xq (n % 64 == 0: whole warps); y may
+ * be g (the unfused forward's GLU is in place): a thread writes only what it read */
+__global__ void kernel_glu_q8x2(const float *g, const float *u, float *y, long n, int act, uint32_t *__restrict__ xq) {
     cuk_pdl_start_small(CUK_LATE_GLU);
     const long j = 2 * ((long)blockIdx.x * blockDim.x + threadIdx.x);
     if (j >= n) return;
