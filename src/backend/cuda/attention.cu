@@ -325,7 +325,8 @@ extern "C" int cuk_attention(const float *q, const int32_t *qpos, int T, const a
      * cache: llama3-8b +2%, its q4 +4%, gemma3-4b +5%) and flash's fixed cost (split
      * partials and their merge) is not yet paid back; from 512 keys on flash was level
      * or faster, by up to 15% at 2,048 (docs/benchmarks/cuda.md, seventeenth session). */
-    if (bf && !(T == 1 && kv->n <= setting_int(SET_CUK_ATTN_MMA_MIN_KEYS)) && !setting_flag(SET_CUK_ATTN_NO_MMA) && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
+    const int short_one = T == 1 && kv->n <= setting_int(SET_CUK_ATTN_MMA_MIN_KEYS);
+    if (bf && !short_one && !setting_flag(SET_CUK_ATTN_NO_MMA) && !setting_flag(SET_CUK_ATTN_PER_QUERY)) {
         int splits = 1;
         const int r = cuk_flash_attention(q, qpos, T, kv, dyn, p, out, work, &splits, st);
         if (r < 0) return -1;

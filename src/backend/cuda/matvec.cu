@@ -847,13 +847,16 @@ static int i8x2_mode(void) {
 
 /* Whether the fast precision's T = 1 product of w takes kernel_mv_q4g_i8: 4-bit, groups
  * of 64 or more (a power of two), cols % 64 == 0, 16-byte aligned rows, x's pieces in
- * shared memory; by default (mode 1) only products of 4,096 rows or more and 2,048
+ * shared memory, not CUK_MV_INT8 (its one-term kernels take every quantized product; a
+ * norm asking this before staging must get the answer the product follows); by default (mode 1) only products of 4,096 rows or more and 2,048
  * columns or more: on smaller ones the extra quantizing launch (o's input) and lanes
  * left idle cost more than the kernel saves (qwen3-0.6b q4 tg128 1,073 against 1,140
  * with it on every product; docs/benchmarks/cuda.md, seventeenth session). */
+static int int8_activations(void);
+
 static bool q4_i8_applies(const weight *w) {
     const int mode = i8x2_mode();
-    if (!mode || w->fmt != WF_AFFINE || w->bits != 4 || w->group < 64 || w->group > 64 * 32 ||
+    if (!mode || int8_activations() || w->fmt != WF_AFFINE || w->bits != 4 || w->group < 64 || w->group > 64 * 32 ||
         (w->group & (w->group - 1)) || w->cols % 64 != 0 || w->cols > (1 << 24) || w->rows > (1L << 30) ||
         ((uintptr_t)w->data & 15) != 0 || (mode == 1 && (w->cols < 2048 || w->rows < 4096)))
         return false;
@@ -1045,7 +1048,7 @@ extern "C" int cuk_matvec_supports(const weight *w) {
 extern "C" int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, int fast, cuk_stream st) {
     cudaStream_t s = (cudaStream_t)st;
     if (!cuk_matvec_supports(w)) return err_set("cuda matvec: no kernel for this weight format");
-    if (T == 1 && fast && !int8_activations() && launch_q4_fast(w, x, y, work, fast == 2, s)) return cuk_check("matvec");
+    if (T == 1 && fast && launch_q4_fast(w, x, y, work, fast == 2, s)) return cuk_check("matvec");
     if (fast == 2) return err_set("cuda matvec: activations staged for a product that does not read them");
     if (T == 1 && w->fmt == WF_AFFINE && !int8_activations() && !x1_off() &&
         (w->bits == 4 ? launch_x1_st<4>(w, x, y, s) : launch_x1_st<8>(w, x, y, s)))
