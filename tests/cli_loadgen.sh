@@ -34,7 +34,9 @@ if not errs:
     if r["errors"] != 0: errs.append("errors")
     if not 0 < r["ttft_p50_ms"] <= r["ttft_p99_ms"]: errs.append("ttft order")
     if not 0 <= r["itl_p50_ms"] <= r["itl_p99_ms"]: errs.append("itl order")
-    if r["out_tok_per_s"] <= 0 or abs(r["out_tok_per_s"] * r["seconds"] - 35) > 0.5: errs.append("out_tok_per_s")
+    # seconds is printed to the millisecond: a 31 ms run can be 0.5 ms off, 1.6% of the rate
+    slack = 0.5 + r["out_tok_per_s"] * 0.0005
+    if r["out_tok_per_s"] <= 0 or abs(r["out_tok_per_s"] * r["seconds"] - 35) > slack: errs.append("out_tok_per_s")
 print("; ".join(errs) or "ok")
 EOF
 )
