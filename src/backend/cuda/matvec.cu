@@ -790,9 +790,14 @@ __global__ void kernel_quant_x2(const float *__restrict__ x, int npc, uint32_t *
 
 /* y [rows] = W x, x as kernel_quant_x2 wrote it (xq), on q4g_tasks as kernel_mv_q4g_x1
  * (R rows a warp, U steps in flight), groups of 64 << gs codes, cols % 64 == 0 (a
- * warp's last step may leave lanes idle). */
+ * warp's last step may leave lanes idle). Three blocks an SM (registers capped at 80; 75
+ * used, no spills): the kernel waits on its loads, and a third block's warps keep 50%
+ * more bytes in flight (llama3-8b q4 tg128 +4.3%, +3% at depth 4,096, gemma3-4b q4 +2-3%
+ * against two blocks and 102 registers; four blocks spill and lost that again;
+ * docs/benchmarks/cuda.md, eighteenth session). */
+#define I8_BLOCKS 3
 template <int R, int U, int ST>
-__global__ void __launch_bounds__(X1_WARPS * 32, 2)
+__global__ void __launch_bounds__(X1_WARPS * 32, I8_BLOCKS)
     kernel_mv_q4g_i8(const uint4 *__restrict__ W, const void *__restrict__ S, const void *__restrict__ B, int gs,
                      const uint4 *__restrict__ xq, float *__restrict__ y, int rows, int cols) {
     extern __shared__ float4 x1_smem[];
@@ -874,7 +879,7 @@ static bool launch_q4g_i8(const weight *w, const float *x, float *y, void *work,
     const int rows = (int)w->rows, cols = (int)w->cols, npc = cols / 64;
     const size_t smem = (size_t)npc * XQ_W * sizeof(uint32_t);
     static unsigned attr_set;
-    const int blocks = x1_blocks(kernel_mv_q4g_i8<R, U, ST>, &attr_set, smem, (rows + R - 1) / R, 2);
+    const int blocks = x1_blocks(kernel_mv_q4g_i8<R, U, ST>, &attr_set, smem, (rows + R - 1) / R, I8_BLOCKS);
     if (!blocks || ((uintptr_t)work & 15) != 0) return false;
     const int gs = __builtin_ctz((unsigned)(w->group / 64));
     if (!staged) cuk_launch(kernel_quant_x2, (unsigned)((npc + 7) / 8), 256, 0, s, x, npc, (uint32_t *)work);
