@@ -853,8 +853,8 @@ static int i8x2_mode(void) {
 /* Whether the fast precision's T = 1 product of w takes kernel_mv_q4g_i8: 4-bit, groups
  * of 64 or more (a power of two), cols % 64 == 0, 16-byte aligned rows, x's pieces in
  * shared memory, not CUK_MV_INT8 (its one-term kernels take every quantized product; a
- * norm asking this before staging must get the answer the product follows); by default (mode 1) only products of 4,096 rows or more and 2,048
- * columns or more: on smaller ones the extra quantizing launch (o's input) and lanes
+ * norm asking this before staging must get the answer the product follows); by default
+ * (mode 1) only products of 4,096 rows or more and 2,048 columns or more: on smaller ones the extra quantizing launch (o's input) and lanes
  * left idle cost more than the kernel saves (qwen3-0.6b q4 tg128 1,073 against 1,140
  * with it on every product; docs/benchmarks/cuda.md, seventeenth session). */
 static int int8_activations(void);
