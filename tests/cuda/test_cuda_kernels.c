@@ -295,6 +295,173 @@ static void q8x2_staging(void) {
     free_twin(&w);
 }
 
+/* add + RMSNorm at row widths that take each register width of the kernel (1, 2, 4
+ * and 8 values a thread) and the loop form (more than 8,192): x and y against a double
+ * reference, with and without the norm of d (dw, gemma's sandwich), w and 1 + w; then
+ * the register kernel against the loop form (CUK_NORM_REG=0) bit for bit: x, y, the
+ * bf16 copy and (one row) the two-term int8 pieces. */
+static void add_rmsnorm_widths(void) {
+    static const int widths[] = {640, 1000, 2048, 2560, 4096, 5120, 8192, 9000};
+    const int T = 3;
+    for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+        const int n = widths[wi];
+        const size_t tn = (size_t)T * n;
+        float *h = malloc(tn * 2 * 4 + (size_t)n * 2 * 4), *hx = h, *hd = h + tn, *hw = h + 2 * tn, *hdw = hw + n;
+        for (size_t i = 0; i < tn; i++) { hx[i] = 2 * frand(); hd[i] = frand() * (i % 5 == 0 ? 6.f : 1.f); }
+        for (int i = 0; i < 2 * n; i++) hw[i] = frand();
+        float *dd = dup_dev(hd, tn * 4), *dw = dup_dev(hw, (size_t)n * 4), *ddw = dup_dev(hdw, (size_t)n * 4);
+        float *gx[2], *gy[2], *x = malloc(tn * 4), *y = malloc(tn * 4), *xs[2], *ys[2];
+        uint16_t *gb[2], *bs[2];
+        uint32_t *gq[2], *qs[2];
+        const size_t qn = (size_t)(n / 64 + 1) * 36;
+        for (int m = 0; m < 2; m++) {
+            gx[m] = dup_dev(hx, tn * 4);
+            CK(cudaMalloc((void **)&gy[m], tn * 4));
+            CK(cudaMalloc((void **)&gb[m], tn * 2));
+            CK(cudaMalloc((void **)&gq[m], qn * 4));
+            xs[m] = malloc(tn * 4); ys[m] = malloc(tn * 4); bs[m] = malloc(tn * 2); qs[m] = calloc(qn, 4);
+        }
+        for (int c = 0; c < 4; c++) { /* bit 0: plus_one, bit 1: the norm of d */
+            const int po = c & 1, sand = c >> 1;
+            for (int m = 0; m < 2; m++) { /* 0: registers (the default), 1: the loop form */
+                setting_override(SET_CUK_NORM_REG, m ? "0" : NULL);
+                CK(cudaMemcpy(gx[m], hx, tn * 4, cudaMemcpyHostToDevice));
+                CHECK(cuk_add_rmsnorm_bf16(gx[m], dd, sand ? ddw : NULL, dw, gy[m], T, n, 1e-6f, po, gb[m], NULL) == 0,
+                      "add_rmsnorm n=%d: %s", n, err_msg());
+                CK(cudaMemcpy(xs[m], gx[m], tn * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(ys[m], gy[m], tn * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(bs[m], gb[m], tn * 2, cudaMemcpyDeviceToHost));
+                if (n % 64 == 0) { /* one row with its int8 pieces, from the same x */
+                    CK(cudaMemcpy(gx[m], hx, (size_t)n * 4, cudaMemcpyHostToDevice));
+                    CHECK(cuk_add_rmsnorm_q8x2(gx[m], dd, sand ? ddw : NULL, dw, gy[m], n, 1e-6f, po, gq[m], NULL) == 0,
+                          "add_rmsnorm_q8x2 n=%d: %s", n, err_msg());
+                    CK(cudaMemcpy(qs[m], gq[m], (size_t)(n / 64) * 36 * 4, cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(x, gy[m], (size_t)n * 4, cudaMemcpyDeviceToHost));
+                    CHECK(memcmp(x, ys[m], (size_t)n * 4) == 0, "add_rmsnorm_q8x2 n=%d: y differs from add_rmsnorm's", n);
+                }
+            }
+            setting_override(SET_CUK_NORM_REG, NULL);
+            double worst = 0;
+            for (int t = 0; t < T; t++) {
+                const float *xr = hx + (size_t)t * n, *dr = hd + (size_t)t * n;
+                double r = 1, ss = 0;
+                if (sand) {
+                    for (int i = 0; i < n; i++) ss += (double)dr[i] * dr[i];
+                    r = 1 / sqrt(ss / n + 1e-6);
+                }
+                ss = 0;
+                for (int i = 0; i < n; i++) {
+                    const double a = sand ? dr[i] * r * (po ? 1 + hdw[i] : hdw[i]) : dr[i];
+                    x[(size_t)t * n + i] = (float)(xr[i] + a);
+                    worst = fmax(worst, fabs(xs[0][(size_t)t * n + i] - (xr[i] + a)) / (1 + fabs(xr[i] + a)));
+                    ss += (xr[i] + a) * (xr[i] + a);
+                }
+                const double r2 = 1 / sqrt(ss / n + 1e-6);
+                for (int i = 0; i < n; i++) {
+                    const double want = x[(size_t)t * n + i] * r2 * (po ? 1 + hw[i] : hw[i]);
+                    worst = fmax(worst, fabs(ys[0][(size_t)t * n + i] - want) / (1 + fabs(want)));
+                }
+            }
+            CHECK(worst < 2e-5, "add_rmsnorm n=%d plus_one=%d sandwich=%d: max error %g", n, po, sand, worst);
+            CHECK(memcmp(xs[0], xs[1], tn * 4) == 0 && memcmp(ys[0], ys[1], tn * 4) == 0 &&
+                      memcmp(bs[0], bs[1], tn * 2) == 0,
+                  "add_rmsnorm n=%d plus_one=%d sandwich=%d: the register and loop forms differ", n, po, sand);
+            if (n % 64 == 0)
+                CHECK(memcmp(qs[0], qs[1], (size_t)(n / 64) * 36 * 4) == 0,
+                      "add_rmsnorm_q8x2 n=%d plus_one=%d sandwich=%d: the int8 pieces differ between the forms", n, po, sand);
+        }
+        for (int m = 0; m < 2; m++) {
+            cudaFree(gx[m]); cudaFree(gy[m]); cudaFree(gb[m]); cudaFree(gq[m]);
+            free(xs[m]); free(ys[m]); free(bs[m]); free(qs[m]);
+        }
+        cudaFree(dd); cudaFree(dw); cudaFree(ddw);
+        free(h); free(x); free(y);
+    }
+}
+
+/* q/k norm + RoPE with the step's KV writes in the same kernel (what a recorded decode
+ * step runs) against the two ops it replaces, cuk_qk_norm_rope then cuk_put_batch, bit
+ * for bit: q, k, the cache rows of k and v and the rows' positions, for both cache
+ * element types, with and without the heads' norm, a partly rotated head and no
+ * rotation; a fourth row of the batch is padding (no destination, left alone). */
+static void rope_put(void) {
+    const int T = 3, nh = 4, nkv = 2, hd = 64, dim = 48, row = nkv * hd, slots = 8;
+    const int qn = T * nh * hd, kn = T * row;
+    float *h = malloc((size_t)(qn + 2 * kn + 2 * hd + dim / 2) * 4);
+    for (int i = 0; i < qn + 2 * kn + 2 * hd; i++) h[i] = 2 * frand();
+    float *inv = h + qn + 2 * kn + 2 * hd;
+    for (int i = 0; i < dim / 2; i++) inv[i] = powf(10000.f, -2.f * i / dim);
+    const int32_t pos[3] = {5, 17, 1000};
+    float *dinv = dup_dev(inv, dim / 2 * 4), *dqw = dup_dev(h + qn + 2 * kn, hd * 4), *dkw = dup_dev(h + qn + 2 * kn + hd, hd * 4);
+    int32_t *dpos = dup_dev(pos, sizeof pos);
+    for (int dt = 0; dt < 2; dt++) {
+        const int es = dt ? 2 : 4;
+        for (int c = 0; c < 3; c++) { /* 0: norm + partial rope, 1: rope only, 2: norm, no rotation */
+            const rope_table rt = {.inv_freq = dinv, .dim = dim, .attn_factor = 1.25f};
+            const rope_table *r = c == 2 ? NULL : &rt;
+            const int norm = c != 1;
+            float *q[2], *k[2], *v[2];
+            char *kc[2], *vc[2], *hb[2][3];
+            int32_t *pc[2];
+            cuk_put_row *drows[2];
+            for (int m = 0; m < 2; m++) { /* 0: the fused kernel, 1: the two ops */
+                q[m] = dup_dev(h, qn * 4);
+                k[m] = dup_dev(h + qn, kn * 4);
+                v[m] = dup_dev(h + qn + kn, kn * 4);
+                CK(cudaMalloc((void **)&kc[m], (size_t)slots * row * es));
+                CK(cudaMalloc((void **)&vc[m], (size_t)slots * row * es));
+                CK(cudaMalloc((void **)&pc[m], slots * 4));
+                CK(cudaMemset(kc[m], 0x7f, (size_t)slots * row * es));
+                CK(cudaMemset(vc[m], 0x7f, (size_t)slots * row * es));
+                CK(cudaMemset(pc[m], 0xff, slots * 4));
+                cuk_put_row rows[4] = {{0}};
+                const int slot[3] = {6, 0, 3};
+                for (int t = 0; t < T; t++)
+                    rows[t] = (cuk_put_row){kc[m] + (size_t)slot[t] * row * es, vc[m] + (size_t)slot[t] * row * es, pc[m] + slot[t],
+                                            pos[t], 0};
+                drows[m] = dup_dev(rows, sizeof rows);
+                int rc;
+                if (m == 0)
+                    rc = cuk_qk_norm_rope_put(q[m], k[m], T, nh, nkv, hd, norm, dqw, dkw, 1e-6f, c == 2, dpos, r, drows[m], v[m], dt,
+                                              NULL);
+                else
+                    rc = cuk_qk_norm_rope(q[m], k[m], T, nh, nkv, hd, norm, dqw, dkw, 1e-6f, c == 2, dpos, r, NULL) ||
+                         cuk_put_batch(drows[m], 4, row, k[m], v[m], dt, NULL);
+                CHECK(rc == 0, "rope_put dtype %d case %d form %d: %s", dt, c, m, err_msg());
+                CK(cudaDeviceSynchronize());
+                hb[m][0] = malloc((size_t)(qn + kn) * 4);
+                hb[m][1] = malloc((size_t)slots * row * es * 2);
+                hb[m][2] = malloc(slots * 4);
+                CK(cudaMemcpy(hb[m][0], q[m], qn * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(hb[m][0] + qn * 4, k[m], kn * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(hb[m][1], kc[m], (size_t)slots * row * es, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(hb[m][1] + (size_t)slots * row * es, vc[m], (size_t)slots * row * es, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(hb[m][2], pc[m], slots * 4, cudaMemcpyDeviceToHost));
+            }
+            CHECK(memcmp(hb[0][0], hb[1][0], (size_t)(qn + kn) * 4) == 0, "rope_put dtype %d case %d: q or k differs", dt, c);
+            CHECK(memcmp(hb[0][1], hb[1][1], (size_t)slots * row * es * 2) == 0, "rope_put dtype %d case %d: cache rows differ", dt, c);
+            CHECK(memcmp(hb[0][2], hb[1][2], slots * 4) == 0, "rope_put dtype %d case %d: positions differ", dt, c);
+            /* the rows were written at all: slot 6 holds row 0 (not the 0x7f fill), slot 1 nothing */
+            const int32_t *pp = (const int32_t *)hb[0][2];
+            CHECK(pp[6] == 5 && pp[0] == 17 && pp[3] == 1000 && pp[1] == -1, "rope_put dtype %d case %d: positions %d %d %d %d", dt, c,
+                  pp[6], pp[0], pp[3], pp[1]);
+            const unsigned char *kb = (const unsigned char *)hb[0][1];
+            long fill = 0;
+            for (long i = 0; i < (long)row * es; i++) fill += kb[(size_t)6 * row * es + i] == 0x7f;
+            CHECK(fill < row * es / 4, "rope_put dtype %d case %d: slot 6 left unwritten", dt, c);
+            for (int m = 0; m < 2; m++) {
+                cudaFree(q[m]); cudaFree(k[m]); cudaFree(v[m]); cudaFree(kc[m]); cudaFree(vc[m]); cudaFree(pc[m]); cudaFree(drows[m]);
+                for (int j = 0; j < 3; j++) free(hb[m][j]);
+            }
+        }
+    }
+    float *none = NULL;
+    CHECK(cuk_qk_norm_rope_put(none, none, 1, 1, 1, 64, 0, NULL, NULL, 1e-6f, 0, dpos, NULL, NULL, NULL, 0, NULL) != 0,
+          "the fused kernel needs k, v and rows");
+    cudaFree(dinv); cudaFree(dqw); cudaFree(dkw); cudaFree(dpos);
+    free(h);
+}
+
 static void ops(void) {
     const int T = 5, n = 1000;
     float *x = malloc(T * n * 4), *w = malloc(n * 4), *y = malloc(T * n * 4);
@@ -938,6 +1105,8 @@ int main(int argc, char **argv) {
         RUN(matmul_formats);
         RUN(skinny);
         RUN(ops);
+        RUN(add_rmsnorm_widths);
+        RUN(rope_put);
         RUN(q8x2_staging);
         RUN(attention);
         RUN(attention_batch);

@@ -56,8 +56,9 @@ typedef struct {
         struct { void *dst; const void *src; size_t n; } copy; /* copy, and upload (src in the value block) */
         /* rows > 0: per-row parameters and draws are values; else p and one draw */
         struct { const float *logits; int V, rows, sampling; cuk_sample_params p; int32_t *tok, *host; } smp;
-        /* n rows of k, v [n, row] to the rows the values (cuk_put_row [n]) name */
-        struct { const float *k, *v; long row; int n, dtype; } pb;
+        /* n rows of k, v [n, row] to the rows the values (cuk_put_row [n]) name; the
+         * first `real` have a destination (the rest pad the batch to its bucket) */
+        struct { const float *k, *v; long row; int n, dtype, real; } pb;
     } u;
 } step_op;
 

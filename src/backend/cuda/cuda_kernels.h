@@ -189,6 +189,12 @@ typedef struct {
 } cuk_put_row;
 /* rows[r] <- row r of k, v [n, row] (rows: device memory), stored as kv_dtype dtype */
 int cuk_put_batch(const cuk_put_row *rows, int n, long row, const float *k, const float *v, int dtype, cuk_stream s);
+/* cuk_qk_norm_rope (its op, backend/ops_list.h) that also writes the step's KV rows as
+ * cuk_put_batch(rows, T, n_kv * head_dim, k, v, dtype) would after it: k's heads as
+ * rotated, v's as they are, each row's position. */
+int cuk_qk_norm_rope_put(float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm, const float *qw,
+                         const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r,
+                         const cuk_put_row *rows, const float *v, int dtype, cuk_stream s);
 /* Cache slots [slot, slot + n) of kd, vd [slots, row] (kv_dtype dtype) <- k, v [n, row], and of
  * pd [slots] <- pos [n]; with slot_dev the slot is read from device memory instead. */
 int cuk_put_rows(void *kd, void *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev, const float *k,

@@ -854,16 +854,20 @@ static int i8x2_mode(void) {
  * of 64 or more (a power of two), cols % 64 == 0, 16-byte aligned rows, x's pieces in
  * shared memory, not CUK_MV_INT8 (its one-term kernels take every quantized product; a
  * norm asking this before staging must get the answer the product follows); by default
- * (mode 1) only products of 4,096 rows or more and 2,048 columns or more: on smaller ones the extra quantizing launch (o's input) and lanes
- * left idle cost more than the kernel saves (qwen3-0.6b q4 tg128 1,073 against 1,140
- * with it on every product; docs/benchmarks/cuda.md, seventeenth session). */
+ * (mode 1) only products of 2,048 rows or more and 2,048 columns or more: on narrower
+ * rows lanes idle (a lane takes a 64-value piece of a row a step), and a product of
+ * fewer rows fills under one block an SM, where the extra quantizing launch (o's input)
+ * costs more than the kernel saves. Measured on the H200 (docs/benchmarks/cuda.md,
+ * nineteenth session): against the earlier 4,096-row floor, llama3.2-1b q4 tg128 +5.5%
+ * and gemma3-4b q4 +5.3% (their o and down products, 2,048-2,560 rows, now take it);
+ * with no row floor qwen3-0.6b lost 2% (o and down of 1,024 rows). */
 static int int8_activations(void);
 
 static bool q4_i8_applies(const weight *w) {
     const int mode = i8x2_mode();
     if (!mode || int8_activations() || w->fmt != WF_AFFINE || w->bits != 4 || w->group < 64 || w->group > 64 * 32 ||
         (w->group & (w->group - 1)) || w->cols % 64 != 0 || w->cols > (1 << 24) || w->rows > (1L << 30) ||
-        ((uintptr_t)w->data & 15) != 0 || (mode == 1 && (w->cols < 2048 || w->rows < 4096)))
+        ((uintptr_t)w->data & 15) != 0 || (mode == 1 && (w->cols < 2048 || w->rows < 2048)))
         return false;
     int nsm, optin, per_sm, dev;
     x1_device(&nsm, &optin, &per_sm, &dev);

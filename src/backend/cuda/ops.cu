@@ -69,11 +69,11 @@ __global__ void kernel_rmsnorm(const float *__restrict__ x, const float *__restr
     float *yr = y + (long)blockIdx.x * n;
     __shared__ float part[32];
     float ss = 0.f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss = __fmaf_rn(xr[i], xr[i], ss);
     const float r = rsqrtf(block_sum(ss, part) / n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float g = w ? (plus_one ? 1.f + w[i] : w[i]) : 1.f;
-        yr[i] = xr[i] * r * g;
+        yr[i] = __fmul_rn(__fmul_rn(xr[i], r), g);
     }
 }
 
@@ -85,8 +85,13 @@ extern "C" int cuk_rmsnorm(const float *x, const float *w, float *y, int T, int 
 
 
 /* one block per row: x += d (or d's norm with dw), then y = norm(x) when y != NULL;
- * the per-thread sums run in kernel_rmsnorm's order, so results match the separate
- * kernels bit for bit. Each thread writes only elements it read (y may be d). */
+ * the per-thread sums run in kernel_rmsnorm's order (thread t: values t, t + blockDim,
+ * ...) and every product and sum is rounded as written (no contraction into an FMA the
+ * compiler may choose differently per kernel), so results match the separate kernels
+ * bit for bit. Each thread writes only elements it read (y may be d), except in the
+ * q8x2 pass, which runs after the block has synchronized. This loop form takes rows
+ * of more than NORM_K * 1024 values (and every row under CUK_NORM_REG=0);
+ * kernel_add_rmsnorm_r below holds smaller rows in registers. */
 __global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const float *__restrict__ dw,
                                    const float *__restrict__ w, float *y, int n, float eps, int plus_one,
                                    uint16_t *__restrict__ ybf, uint32_t *__restrict__ xq) {
@@ -97,15 +102,15 @@ __global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const 
     float r = 1.f;
     if (dw) {
         float ss = 0.f;
-        for (int i = threadIdx.x; i < n; i += blockDim.x) ss += dr[i] * dr[i];
+        for (int i = threadIdx.x; i < n; i += blockDim.x) ss = __fmaf_rn(dr[i], dr[i], ss);
         r = rsqrtf(block_sum(ss, part) / n + eps);
     }
     float ss = 0.f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float a = dw ? dr[i] * r * (plus_one ? 1.f + dw[i] : dw[i]) : dr[i];
-        const float v = xr[i] + a;
+        const float a = dw ? __fmul_rn(__fmul_rn(dr[i], r), plus_one ? 1.f + dw[i] : dw[i]) : dr[i];
+        const float v = __fadd_rn(xr[i], a);
         xr[i] = v;
-        ss += v * v;
+        ss = __fmaf_rn(v, v, ss);
     }
     if (!y) return;
     const float r2 = rsqrtf(block_sum(ss, part) / n + eps);
@@ -115,7 +120,7 @@ __global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const 
         uint32_t *qr = xq + (long)blockIdx.x * (n / 64) * XQ_W;
         for (int i = 2 * threadIdx.x; i < n; i += 2 * blockDim.x) {
             const float ga = w ? (plus_one ? 1.f + w[i] : w[i]) : 1.f, gb = w ? (plus_one ? 1.f + w[i + 1] : w[i + 1]) : 1.f;
-            const float a = xr[i] * r2 * ga, b = xr[i + 1] * r2 * gb;
+            const float a = __fmul_rn(__fmul_rn(xr[i], r2), ga), b = __fmul_rn(__fmul_rn(xr[i + 1], r2), gb);
             yr[i] = a;
             yr[i + 1] = b;
             q8x2_piece(a, b, qr + (i / 64) * XQ_W);
@@ -125,9 +130,106 @@ __global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const 
     uint16_t *br = ybf ? ybf + (long)blockIdx.x * n : NULL;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float g = w ? (plus_one ? 1.f + w[i] : w[i]) : 1.f;
-        const float v = xr[i] * r2 * g;
+        const float v = __fmul_rn(__fmul_rn(xr[i], r2), g);
         yr[i] = v;
         if (br) br[i] = f2bf16(v);
+    }
+}
+
+/* kernel_add_rmsnorm for rows of up to K values a thread, held in registers: every
+ * load of the row is issued at once (the loop form above waits on one round trip per
+ * value a thread, as its stores to x may alias d), and the norm weights before the PDL
+ * wait (no kernel writes them). The same values, sums and expressions as the loop
+ * form, so the same bits. The q8x2 pass reads y from shared memory (n floats). */
+#define NORM_K 8
+template <int K>
+__global__ void __launch_bounds__(1024) kernel_add_rmsnorm_r(float *__restrict__ x, const float *d, const float *__restrict__ dw,
+                                     const float *__restrict__ w, float *y, int n, float eps, int plus_one,
+                                     uint16_t *__restrict__ ybf, uint32_t *__restrict__ xq) {
+    extern __shared__ float norm_smem[]; /* [n] when xq */
+    const int t = threadIdx.x, B = blockDim.x;
+    float g[K], gd[K], xv[K], dv[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = t + k * B;
+        g[k] = w && i < n ? (plus_one ? 1.f + w[i] : w[i]) : 1.f;
+        gd[k] = dw && i < n ? (plus_one ? 1.f + dw[i] : dw[i]) : 1.f;
+    }
+    cuk_pdl_start_small(CUK_LATE_NORM);
+    float *xr = x + (long)blockIdx.x * n;
+    const float *dr = d + (long)blockIdx.x * n;
+    __shared__ float part[32];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = t + k * B;
+        dv[k] = i < n ? dr[i] : 0.f;
+        xv[k] = i < n ? xr[i] : 0.f;
+    }
+    float r = 1.f;
+    if (dw) {
+        float ss = 0.f;
+#pragma unroll
+        for (int k = 0; k < K; k++)
+            if (t + k * B < n) ss = __fmaf_rn(dv[k], dv[k], ss);
+        r = rsqrtf(block_sum(ss, part) / n + eps);
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = t + k * B;
+        if (i < n) {
+            const float a = dw ? __fmul_rn(__fmul_rn(dv[k], r), gd[k]) : dv[k];
+            xv[k] = __fadd_rn(xv[k], a);
+            xr[i] = xv[k];
+            ss = __fmaf_rn(xv[k], xv[k], ss);
+        }
+    }
+    if (!y) return;
+    const float r2 = rsqrtf(block_sum(ss, part) / n + eps);
+    float *yr = y + (long)blockIdx.x * n;
+    uint16_t *br = ybf ? ybf + (long)blockIdx.x * n : NULL;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = t + k * B;
+        if (i < n) {
+            const float v = __fmul_rn(__fmul_rn(xv[k], r2), g[k]);
+            if (xq) {
+                norm_smem[i] = v;
+            } else {
+                yr[i] = v;
+                if (br) br[i] = f2bf16(v);
+            }
+        }
+    }
+    if (!xq) return;
+    __syncthreads();
+    /* two values a lane, a warp a piece (n % 64 == 0: whole warps) */
+    uint32_t *qr = xq + (long)blockIdx.x * (n / 64) * XQ_W;
+    for (int i = 2 * t; i < n; i += 2 * B) {
+        const float2 v = *(const float2 *)(norm_smem + i);
+        *(float2 *)(yr + i) = v;
+        q8x2_piece(v.x, v.y, qr + (i / 64) * XQ_W);
+    }
+}
+
+/* T rows of n values: the register kernel where a row fits (up to NORM_K values a
+ * thread), else (or CUK_NORM_REG=0, read per launch so a test can switch it) the loop
+ * form. */
+static void launch_add_rmsnorm(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n, float eps,
+                               int plus_one, uint16_t *ybf, uint32_t *xq, cudaStream_t s) {
+    const int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
+    const int per = (n + threads - 1) / threads;
+    const size_t smem = xq ? (size_t)n * sizeof(float) : 0;
+    if (per > NORM_K || !setting_flag(SET_CUK_NORM_REG)) {
+        cuk_launch(kernel_add_rmsnorm, T, threads, 0, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
+    } else if (per == 1) {
+        cuk_launch(kernel_add_rmsnorm_r<1>, T, threads, smem, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
+    } else if (per == 2) {
+        cuk_launch(kernel_add_rmsnorm_r<2>, T, threads, smem, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
+    } else if (per <= 4) {
+        cuk_launch(kernel_add_rmsnorm_r<4>, T, threads, smem, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
+    } else {
+        cuk_launch(kernel_add_rmsnorm_r<NORM_K>, T, threads, smem, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
     }
 }
 
@@ -138,29 +240,44 @@ extern "C" int cuk_add_rmsnorm(float *x, const float *d, const float *dw, const 
 
 extern "C" int cuk_add_rmsnorm_bf16(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n,
                                     float eps, int plus_one, uint16_t *ybf, cuk_stream s) {
-    int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
-    cuk_launch(kernel_add_rmsnorm, T, threads, 0, (cudaStream_t)s, x, d, dw, w, y, n, eps, plus_one, ybf, (uint32_t *)NULL);
+    launch_add_rmsnorm(x, d, dw, w, y, T, n, eps, plus_one, ybf, NULL, (cudaStream_t)s);
     return cuk_check("add_rmsnorm");
 }
 
 extern "C" int cuk_add_rmsnorm_q8x2(float *x, const float *d, const float *dw, const float *w, float *y, int n, float eps,
                                     int plus_one, uint32_t *xq, cuk_stream s) {
     if (n % 64 != 0 || !y) return err_set("cuda add_rmsnorm (q8x2): %d values (a multiple of 64 with an output)", n);
-    int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
-    cuk_launch(kernel_add_rmsnorm, 1, threads, 0, (cudaStream_t)s, x, d, dw, w, y, n, eps, plus_one, (uint16_t *)NULL, xq);
+    launch_add_rmsnorm(x, d, dw, w, y, 1, n, eps, plus_one, NULL, xq, (cudaStream_t)s);
     return cuk_check("add_rmsnorm (q8x2)");
 }
 
 /* one block of head_dim threads per (token, head) of q then k: the head's RMSNorm
- * (as kernel_rmsnorm) and RoPE (as kernel_rope) in one pass */
+ * (as kernel_rmsnorm) and RoPE (as kernel_rope) in one pass. With rows (a decode
+ * step's KV writes, the op after it, cuk_put_batch's rows [T]): each k head's result
+ * also goes to its token's cache row, and T * n_kv more blocks copy v's heads there,
+ * so the step saves the put's launch and its wait. KT: the cache's element type. */
+template <typename KT>
 __global__ void kernel_qk_norm_rope(float *q, float *k, int n_heads, int n_kv, int head_dim, int norm,
                                     const float *__restrict__ qw, const float *__restrict__ kw, float eps, int plus_one,
-                                    const int32_t *__restrict__ pos, const float *__restrict__ inv_freq, int dim, float af) {
+                                    const int32_t *__restrict__ pos, const float *__restrict__ inv_freq, int dim, float af,
+                                    const cuk_put_row *__restrict__ rows, const float *__restrict__ vsrc) {
     cuk_pdl_start_small(CUK_LATE_ROPE);
-    const int nh = n_heads + (k ? n_kv : 0);
+    const int nh = n_heads + (k ? n_kv : 0) + (rows ? n_kv : 0);
     const int t = blockIdx.x / nh, h = blockIdx.x % nh, c = threadIdx.x;
     const bool isq = h < n_heads;
+    if (h >= n_heads + n_kv) { /* a v head: copied to the cache as it is */
+        const long at = (long)(h - n_heads - n_kv) * head_dim + c;
+        const cuk_put_row d = rows[t];
+        if (c < head_dim) kv_store((KT *)d.v + at, vsrc[(long)t * n_kv * head_dim + at]);
+        return;
+    }
     float *v = isq ? q + ((long)t * n_heads + h) * head_dim : k + ((long)t * n_kv + (h - n_heads)) * head_dim;
+    KT *dst = NULL;
+    if (rows && !isq) {
+        const cuk_put_row d = rows[t];
+        dst = (KT *)d.k + (long)(h - n_heads) * head_dim;
+        if (h == n_heads && c == 0) *d.pos = d.p;
+    }
     const float *w = isq ? qw : kw;
     __shared__ float part[32];
     __shared__ float row[512];
@@ -171,7 +288,10 @@ __global__ void kernel_qk_norm_rope(float *q, float *k, int n_heads, int n_kv, i
         a = a * r * g;
     }
     if (!inv_freq) {
-        if (c < head_dim) v[c] = a;
+        if (c < head_dim) {
+            v[c] = a;
+            if (dst) kv_store(dst + c, a);
+        }
         return;
     }
     row[c] = a;
@@ -184,26 +304,51 @@ __global__ void kernel_qk_norm_rope(float *q, float *k, int n_heads, int n_kv, i
         cs *= af;
         sn *= af;
         const float x0 = row[c], x1 = row[c + half];
-        v[c] = x0 * cs - x1 * sn;
-        v[c + half] = x1 * cs + x0 * sn;
+        const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
+        v[c] = y0;
+        v[c + half] = y1;
+        if (dst) {
+            kv_store(dst + c, y0);
+            kv_store(dst + c + half, y1);
+        }
     } else if (c >= dim && c < head_dim) {
         v[c] = a;
+        if (dst) kv_store(dst + c, a);
     }
 }
 
-extern "C" int cuk_qk_norm_rope(float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm, const float *qw,
-                                const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r,
-                                cuk_stream s) {
+template <typename KT>
+static int launch_qk_norm_rope(float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm, const float *qw,
+                               const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r,
+                               const cuk_put_row *rows, const float *v, cudaStream_t s) {
     if (head_dim > 512) return err_set("cuda qk_norm_rope: head_dim %d exceeds 512", head_dim);
     /* no table: no rotation (the kernel tests inv_freq) */
     const float *inv_freq = r ? r->inv_freq : NULL;
     const int dim = r ? r->dim : 0;
     const float attn_factor = r ? r->attn_factor : 0.0f;
     const int threads = ((head_dim + 31) / 32) * 32;
-    const int blocks = T * (n_heads + (k ? n_kv : 0));
-    cuk_launch(kernel_qk_norm_rope, blocks, threads, 0, (cudaStream_t)s, q, k, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one,
-                                                                  pos, inv_freq, dim, attn_factor);
+    const int blocks = T * (n_heads + (k ? n_kv : 0) + (rows ? n_kv : 0));
+    cuk_launch(kernel_qk_norm_rope<KT>, blocks, threads, 0, s, q, k, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one, pos,
+               inv_freq, dim, attn_factor, rows, v);
     return cuk_check("qk_norm_rope");
+}
+
+extern "C" int cuk_qk_norm_rope(float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm, const float *qw,
+                                const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r,
+                                cuk_stream s) {
+    return launch_qk_norm_rope<float>(q, k, T, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one, pos, r, NULL, NULL,
+                                      (cudaStream_t)s);
+}
+
+extern "C" int cuk_qk_norm_rope_put(float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm, const float *qw,
+                                    const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r,
+                                    const cuk_put_row *rows, const float *v, int dtype, cuk_stream s) {
+    if (!k || !rows || !v) return err_set("cuda qk_norm_rope_put: needs k, v and the rows to write");
+    if (dtype == KVT_BF16)
+        return launch_qk_norm_rope<uint16_t>(q, k, T, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one, pos, r, rows, v,
+                                             (cudaStream_t)s);
+    return launch_qk_norm_rope<float>(q, k, T, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one, pos, r, rows, v,
+                                      (cudaStream_t)s);
 }
 
 __global__ void kernel_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const float *inv_freq, int dim,

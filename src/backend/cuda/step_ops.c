@@ -385,11 +385,32 @@ static void close_put(cuda_backend *c) {
     e->u.pb.n = want;
 }
 
+/* A recorded step's q/k norm + RoPE followed by the KV writes of the same k rows (every
+ * attention layer of a decode step) run as one kernel (cuk_qk_norm_rope_put): the
+ * writes' launch and their wait on the RoPE go. 1 when it ran both e and put. */
+static int run_rope_put(cuda_backend *c, const step_op *e, const step_op *put, const char *put_vals) {
+    static int on = -1;
+    if (on < 0) on = setting_flag(SET_CUK_ROPE_PUT);
+    if (!on || e->op != SOP_qk_norm_rope || put->op != SOP_put_batch) return 0;
+    const op_qk_norm_rope_args *a = &e->u.qk_norm_rope;
+    if (!a->k || put->u.pb.k != a->k || put->u.pb.real != a->T || put->u.pb.row != (long)a->n_kv * a->head_dim)
+        return 0;
+    c->op_seq += 2;
+    RUN(cuk_qk_norm_rope_put(a->q, a->k, a->T, a->n_heads, a->n_kv, a->head_dim, a->norm, a->qw, a->kw, a->eps, a->plus_one,
+                             a->pos, a->r_set ? &a->r : NULL, (const cuk_put_row *)put_vals, put->u.pb.v, put->u.pb.dtype, c->stream));
+    return 1;
+}
+
 /* Runs ops [0, n) in order; ev (CELER_PROFILE=2 capture: [n + 1] events) is recorded
- * before each op and after the last. */
+ * before each op and after the last (a fused pair: both before it). */
 static void run_ops(cuda_backend *c, const step_op *ops, int n, cudaEvent_t *ev) {
     for (int i = 0; i < n && !c->failed; i++) {
         if (ev) cudaEventRecordWithFlags(ev[i], c->stream, cudaEventRecordExternal);
+        if (i + 1 < n && c->profile != 1 && run_rope_put(c, &ops[i], &ops[i + 1], values_of(c, &ops[i + 1]))) {
+            if (ev) cudaEventRecordWithFlags(ev[++i], c->stream, cudaEventRecordExternal);
+            else i++;
+            continue;
+        }
         run_op(c, &ops[i], i + 1 < n ? &ops[i + 1] : NULL, values_of(c, &ops[i]));
     }
     if (ev && !c->failed) cudaEventRecordWithFlags(ev[n], c->stream, cudaEventRecordExternal);
@@ -705,6 +726,7 @@ static int custom_record(cuda_backend *c, step_op *e) {
                 if (dst) {
                     memcpy(dst, &r, sizeof r);
                     last->u.pb.n++;
+                    last->u.pb.real++;
                     return 1;
                 }
             }
@@ -713,7 +735,7 @@ static int custom_record(cuda_backend *c, step_op *e) {
             pb.u.pb.v = a->v;
             pb.u.pb.row = a->row;
             pb.u.pb.dtype = a->dtype;
-            pb.u.pb.n = 1;
+            pb.u.pb.n = pb.u.pb.real = 1;
             submit(c, &pb, &r, sizeof r);
             c->put_open = c->recording && c->n_tape > 0 && c->tape[c->n_tape - 1].op == SOP_put_batch;
             return 1;
