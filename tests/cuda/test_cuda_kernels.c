@@ -310,7 +310,7 @@ static void add_rmsnorm_widths(void) {
         for (size_t i = 0; i < tn; i++) { hx[i] = 2 * frand(); hd[i] = frand() * (i % 5 == 0 ? 6.f : 1.f); }
         for (int i = 0; i < 2 * n; i++) hw[i] = frand();
         float *dd = dup_dev(hd, tn * 4), *dw = dup_dev(hw, (size_t)n * 4), *ddw = dup_dev(hdw, (size_t)n * 4);
-        float *gx[2], *gy[2], *x = malloc(tn * 4), *y = malloc(tn * 4), *xs[2], *ys[2];
+        float *gx[2], *gy[2], *x = malloc(tn * 4), *xs[2], *ys[2];
         uint16_t *gb[2], *bs[2];
         uint32_t *gq[2], *qs[2];
         const size_t qn = (size_t)(n / 64 + 1) * 36;
@@ -375,7 +375,7 @@ static void add_rmsnorm_widths(void) {
             free(xs[m]); free(ys[m]); free(bs[m]); free(qs[m]);
         }
         cudaFree(dd); cudaFree(dw); cudaFree(ddw);
-        free(h); free(x); free(y);
+        free(h); free(x);
     }
 }
 
