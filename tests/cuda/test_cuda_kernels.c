@@ -298,10 +298,11 @@ static void q8x2_staging(void) {
 /* add + RMSNorm at row widths that take each register width of the kernel (1, 2, 4
  * and 8 values a thread) and the loop form (more than 8,192): x and y against a double
  * reference, with and without the norm of d (dw, gemma's sandwich), w and 1 + w; then
- * the register kernel against the loop form (CUK_NORM_REG=0) bit for bit: x, y, the
- * bf16 copy and (one row) the two-term int8 pieces. */
+ * its three forms bit for bit (CUK_NORM_REG 2: a row over a cluster of 8 blocks where
+ * rows have 1,024+ values, 1: one block a row, 0: the loop form): x, y, the bf16 copy
+ * and (one row) the two-term int8 pieces. */
 static void add_rmsnorm_widths(void) {
-    static const int widths[] = {640, 1000, 2048, 2560, 4096, 5120, 8192, 9000};
+    static const int widths[] = {640, 1000, 2048, 2560, 2880, 4096, 5120, 8192, 9000};
     const int T = 3;
     for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
         const int n = widths[wi];
@@ -310,11 +311,11 @@ static void add_rmsnorm_widths(void) {
         for (size_t i = 0; i < tn; i++) { hx[i] = 2 * frand(); hd[i] = frand() * (i % 5 == 0 ? 6.f : 1.f); }
         for (int i = 0; i < 2 * n; i++) hw[i] = frand();
         float *dd = dup_dev(hd, tn * 4), *dw = dup_dev(hw, (size_t)n * 4), *ddw = dup_dev(hdw, (size_t)n * 4);
-        float *gx[2], *gy[2], *x = malloc(tn * 4), *xs[2], *ys[2];
-        uint16_t *gb[2], *bs[2];
-        uint32_t *gq[2], *qs[2];
+        float *gx[3], *gy[3], *x = malloc(tn * 4), *xs[3], *ys[3];
+        uint16_t *gb[3], *bs[3];
+        uint32_t *gq[3], *qs[3];
         const size_t qn = (size_t)(n / 64 + 1) * 36;
-        for (int m = 0; m < 2; m++) {
+        for (int m = 0; m < 3; m++) {
             gx[m] = dup_dev(hx, tn * 4);
             CK(cudaMalloc((void **)&gy[m], tn * 4));
             CK(cudaMalloc((void **)&gb[m], tn * 2));
@@ -323,8 +324,8 @@ static void add_rmsnorm_widths(void) {
         }
         for (int c = 0; c < 4; c++) { /* bit 0: plus_one, bit 1: the norm of d */
             const int po = c & 1, sand = c >> 1;
-            for (int m = 0; m < 2; m++) { /* 0: registers (the default), 1: the loop form */
-                setting_override(SET_CUK_NORM_REG, m ? "0" : NULL);
+            for (int m = 0; m < 3; m++) { /* 0: the default (clusters), 1: one block a row, 2: the loop form */
+                setting_override(SET_CUK_NORM_REG, m == 0 ? NULL : m == 1 ? "1" : "0");
                 CK(cudaMemcpy(gx[m], hx, tn * 4, cudaMemcpyHostToDevice));
                 CHECK(cuk_add_rmsnorm_bf16(gx[m], dd, sand ? ddw : NULL, dw, gy[m], T, n, 1e-6f, po, gb[m], NULL) == 0,
                       "add_rmsnorm n=%d: %s", n, err_msg());
@@ -363,14 +364,16 @@ static void add_rmsnorm_widths(void) {
                 }
             }
             CHECK(worst < 2e-5, "add_rmsnorm n=%d plus_one=%d sandwich=%d: max error %g", n, po, sand, worst);
-            CHECK(memcmp(xs[0], xs[1], tn * 4) == 0 && memcmp(ys[0], ys[1], tn * 4) == 0 &&
-                      memcmp(bs[0], bs[1], tn * 2) == 0,
-                  "add_rmsnorm n=%d plus_one=%d sandwich=%d: the register and loop forms differ", n, po, sand);
-            if (n % 64 == 0)
-                CHECK(memcmp(qs[0], qs[1], (size_t)(n / 64) * 36 * 4) == 0,
-                      "add_rmsnorm_q8x2 n=%d plus_one=%d sandwich=%d: the int8 pieces differ between the forms", n, po, sand);
+            for (int m = 1; m < 3; m++) {
+                CHECK(memcmp(xs[0], xs[m], tn * 4) == 0 && memcmp(ys[0], ys[m], tn * 4) == 0 &&
+                          memcmp(bs[0], bs[m], tn * 2) == 0,
+                      "add_rmsnorm n=%d plus_one=%d sandwich=%d: form %d differs from the default", n, po, sand, m);
+                if (n % 64 == 0)
+                    CHECK(memcmp(qs[0], qs[m], (size_t)(n / 64) * 36 * 4) == 0,
+                          "add_rmsnorm_q8x2 n=%d plus_one=%d sandwich=%d: form %d's int8 pieces differ", n, po, sand, m);
+            }
         }
-        for (int m = 0; m < 2; m++) {
+        for (int m = 0; m < 3; m++) {
             cudaFree(gx[m]); cudaFree(gy[m]); cudaFree(gb[m]); cudaFree(gq[m]);
             free(xs[m]); free(ys[m]); free(bs[m]); free(qs[m]);
         }

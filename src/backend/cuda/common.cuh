@@ -110,21 +110,40 @@ static inline int cuk_pdl_enabled() {
     return on && cuk_pdl_step;
 }
 
-/* k<<<g, b, smem, s>>>(a...), allowed to overlap the kernel before it (see above);
- * errors are left for cuk_check. */
+/* k<<<g, b, smem, s>>>(a...) in thread-block clusters of cx blocks along x (cx > 1;
+ * g.x a multiple of cx), allowed to overlap the kernel before it (see above); errors
+ * are left for cuk_check. */
 template <typename... P, typename... A>
-static inline void cuk_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t s, A... a) {
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+static inline void cuk_launch_cluster(void (*k)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t s, unsigned cx, A... a) {
+    cudaLaunchAttribute at[2];
+    int na = 0;
+    if (cx > 1) {
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = cx;
+        at[na].val.clusterDim.y = 1;
+        at[na].val.clusterDim.z = 1;
+        na++;
+    }
+    if (cuk_pdl_enabled()) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na].val.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = g;
     cfg.blockDim = b;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = at;
-    cfg.numAttrs = cuk_pdl_enabled() ? 1 : 0;
+    cfg.numAttrs = na;
     cudaLaunchKernelEx(&cfg, k, a...);
+}
+
+/* k<<<g, b, smem, s>>>(a...), allowed to overlap the kernel before it (see above);
+ * errors are left for cuk_check. */
+template <typename... P, typename... A>
+static inline void cuk_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t s, A... a) {
+    cuk_launch_cluster(k, g, b, smem, s, 1, a...);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -1,5 +1,6 @@
 /* backend/cuda/ops.cu: the element-wise and row-wise CUDA kernels: RMSNorm, RoPE,
  * gated activations, residual adds, embedding rows, format conversions, argmax. */
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common.cuh"
@@ -9,6 +10,8 @@
 extern "C" {
 #include "backend/cuda/cuda_kernels.h"
 }
+
+namespace cg = cooperative_groups;
 
 thread_local int cuk_pdl_step;
 
@@ -136,32 +139,64 @@ __global__ void kernel_add_rmsnorm(float *__restrict__ x, const float *d, const 
     }
 }
 
+/* The sum of v over a row's NB blocks (one thread-block cluster; NB = 1: block_sum),
+ * every thread calling: each warp's sum (warp_sum), then one warp adds the row's 32 warp
+ * sums in a butterfly, lane l holding warp l of the row (block l / warps a block). With
+ * 32 warps a row in both shapes (1 x 1,024 or 8 x 128 threads) the same bits as
+ * block_sum. part [32], tot: this block's shared memory. */
+template <int NB>
+__device__ __forceinline__ float row_sum(float v, float *part, float *tot) {
+    if (NB == 1) return block_sum(v, part);
+    v = warp_sum(v);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    cg::cluster_group cl = cg::this_cluster();
+    if (lane == 0) part[warp] = v;
+    cl.sync(); /* every block's warp sums are in its part */
+    if (warp == 0) {
+        float u = lane < NB * nw ? cl.map_shared_rank(part, lane / nw)[lane % nw] : 0.f;
+        u = warp_sum(u);
+        if (lane == 0) *tot = u;
+    }
+    cl.sync(); /* tot is written, and no block reads another's part any more */
+    return *tot;
+}
+
 /* kernel_add_rmsnorm for rows of up to K values a thread, held in registers: every
  * load of the row is issued at once (the loop form above waits on one round trip per
  * value a thread, as its stores to x may alias d), and the norm weights before the PDL
- * wait (no kernel writes them). The same values, sums and expressions as the loop
- * form, so the same bits. The q8x2 pass reads y from shared memory (n floats). */
+ * wait (no kernel writes them). A row takes NB blocks (grid (NB, T); NB = 8: one
+ * thread-block cluster, the sums through row_sum): global thread g = blockIdx.x *
+ * blockDim.x + t holds values g, g + G, ... (G = NB * blockDim.x), so with G = 1,024
+ * (rows of 1,024 values or more) both shapes hold what the loop form's thread g holds.
+ * One block a row ran on one SM at 0.55 instructions a cycle a scheduler for ~8,400
+ * cycles (llama3-8b, with the int8 pass; docs/benchmarks/cuda.md, nineteenth session).
+ * The same values, sums and expressions as the loop form, so the same bits. The q8x2
+ * pass reads y from shared memory: [K][blockDim] floats, this block's values. */
 #define NORM_K 8
-template <int K>
-__global__ void __launch_bounds__(1024) kernel_add_rmsnorm_r(float *__restrict__ x, const float *d, const float *__restrict__ dw,
-                                     const float *__restrict__ w, float *y, int n, float eps, int plus_one,
-                                     uint16_t *__restrict__ ybf, uint32_t *__restrict__ xq) {
-    extern __shared__ float norm_smem[]; /* [n] when xq */
-    const int t = threadIdx.x, B = blockDim.x;
+template <int K, int NB>
+__global__ void __launch_bounds__(NB == 1 ? 1024 : 128) kernel_add_rmsnorm_r(float *__restrict__ x, const float *d,
+                                                                             const float *__restrict__ dw,
+                                                                             const float *__restrict__ w, float *y, int n,
+                                                                             float eps, int plus_one,
+                                                                             uint16_t *__restrict__ ybf,
+                                                                             uint32_t *__restrict__ xq) {
+    extern __shared__ float norm_smem[]; /* [K][blockDim.x] when xq */
+    const int t = threadIdx.x, B = blockDim.x, G = NB * B, gt = blockIdx.x * B + t;
+    const long row = blockIdx.y;
     float g[K], gd[K], xv[K], dv[K];
 #pragma unroll
     for (int k = 0; k < K; k++) {
-        const int i = t + k * B;
+        const int i = gt + k * G;
         g[k] = w && i < n ? (plus_one ? 1.f + w[i] : w[i]) : 1.f;
         gd[k] = dw && i < n ? (plus_one ? 1.f + dw[i] : dw[i]) : 1.f;
     }
     cuk_pdl_start_small(CUK_LATE_NORM);
-    float *xr = x + (long)blockIdx.x * n;
-    const float *dr = d + (long)blockIdx.x * n;
-    __shared__ float part[32];
+    float *xr = x + row * n;
+    const float *dr = d + row * n;
+    __shared__ float part[32], tot;
 #pragma unroll
     for (int k = 0; k < K; k++) {
-        const int i = t + k * B;
+        const int i = gt + k * G;
         dv[k] = i < n ? dr[i] : 0.f;
         xv[k] = i < n ? xr[i] : 0.f;
     }
@@ -170,13 +205,13 @@ __global__ void __launch_bounds__(1024) kernel_add_rmsnorm_r(float *__restrict__
         float ss = 0.f;
 #pragma unroll
         for (int k = 0; k < K; k++)
-            if (t + k * B < n) ss = __fmaf_rn(dv[k], dv[k], ss);
-        r = rsqrtf(block_sum(ss, part) / n + eps);
+            if (gt + k * G < n) ss = __fmaf_rn(dv[k], dv[k], ss);
+        r = rsqrtf(row_sum<NB>(ss, part, &tot) / n + eps);
     }
     float ss = 0.f;
 #pragma unroll
     for (int k = 0; k < K; k++) {
-        const int i = t + k * B;
+        const int i = gt + k * G;
         if (i < n) {
             const float a = dw ? __fmul_rn(__fmul_rn(dv[k], r), gd[k]) : dv[k];
             xv[k] = __fadd_rn(xv[k], a);
@@ -184,17 +219,17 @@ __global__ void __launch_bounds__(1024) kernel_add_rmsnorm_r(float *__restrict__
             ss = __fmaf_rn(xv[k], xv[k], ss);
         }
     }
-    if (!y) return;
-    const float r2 = rsqrtf(block_sum(ss, part) / n + eps);
-    float *yr = y + (long)blockIdx.x * n;
-    uint16_t *br = ybf ? ybf + (long)blockIdx.x * n : NULL;
+    if (!y) return; /* the same in every block of the row: no cluster partner waits */
+    const float r2 = rsqrtf(row_sum<NB>(ss, part, &tot) / n + eps);
+    float *yr = y + row * n;
+    uint16_t *br = ybf ? ybf + row * n : NULL;
 #pragma unroll
     for (int k = 0; k < K; k++) {
-        const int i = t + k * B;
+        const int i = gt + k * G;
         if (i < n) {
             const float v = __fmul_rn(__fmul_rn(xv[k], r2), g[k]);
             if (xq) {
-                norm_smem[i] = v;
+                norm_smem[k * B + t] = v;
             } else {
                 yr[i] = v;
                 if (br) br[i] = f2bf16(v);
@@ -203,34 +238,53 @@ __global__ void __launch_bounds__(1024) kernel_add_rmsnorm_r(float *__restrict__
     }
     if (!xq) return;
     __syncthreads();
-    /* two values a lane, a warp a piece (n % 64 == 0: whole warps) */
-    uint32_t *qr = xq + (long)blockIdx.x * (n / 64) * XQ_W;
-    for (int i = 2 * t; i < n; i += 2 * B) {
-        const float2 v = *(const float2 *)(norm_smem + i);
-        *(float2 *)(yr + i) = v;
-        q8x2_piece(v.x, v.y, qr + (i / 64) * XQ_W);
+    /* two values a lane, a warp a 64-value piece (n % 64 == 0): piece p of this block is
+     * piece j = p % (B / 64) of its run k = p / (B / 64), values k G + blockIdx.x B + 64 j.. */
+    const int lane = t & 31, pr = B / 64;
+    uint32_t *qr = xq + row * (n / 64) * XQ_W;
+    for (int p = t >> 5; p < K * pr; p += B >> 5) {
+        const int k = p / pr, j = p % pr;
+        const long base = (long)k * G + (long)blockIdx.x * B + 64 * j;
+        if (base >= n) continue; /* the same in every lane */
+        const float2 v = *(const float2 *)(norm_smem + k * B + 64 * j + 2 * lane);
+        *(float2 *)(yr + base + 2 * lane) = v;
+        q8x2_piece(v.x, v.y, qr + (base / 64) * XQ_W);
     }
 }
 
-/* T rows of n values: the register kernel where a row fits (up to NORM_K values a
- * thread), else (or CUK_NORM_REG=0, read per launch so a test can switch it) the loop
- * form. */
+/* The most rows a launch spreads over clusters of 8 blocks (more: one block a row,
+ * where the grid fills the GPU anyway). */
+#define NORM_CLUSTER_MAX_T 64
+
+template <int K>
+static void launch_norm_k(int nb, int T, int threads, cudaStream_t s, float *x, const float *d, const float *dw,
+                          const float *w, float *y, int n, float eps, int plus_one, uint16_t *ybf, uint32_t *xq) {
+    const size_t smem = xq ? (size_t)K * threads * sizeof(float) : 0;
+    if (nb == 8)
+        cuk_launch_cluster(kernel_add_rmsnorm_r<K, 8>, dim3(8, T), threads, smem, s, 8, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
+    else
+        cuk_launch(kernel_add_rmsnorm_r<K, 1>, dim3(1, T), threads, smem, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
+}
+
+/* T rows of n values. CUK_NORM_REG (read per launch so a test can switch it): 2 (the
+ * default) a cluster of 8 blocks of 128 threads a row where rows have 1,024 values or
+ * more and T <= NORM_CLUSTER_MAX_T, else 1: one block a row, values in registers (up to
+ * NORM_K a thread), else 0 (and rows of more than NORM_K * 1,024 values): the loop form. */
 static void launch_add_rmsnorm(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n, float eps,
                                int plus_one, uint16_t *ybf, uint32_t *xq, cudaStream_t s) {
     const int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
     const int per = (n + threads - 1) / threads;
-    const size_t smem = xq ? (size_t)n * sizeof(float) : 0;
-    if (per > NORM_K || !setting_flag(SET_CUK_NORM_REG)) {
+    const long mode = setting_int(SET_CUK_NORM_REG);
+    if (per > NORM_K || mode == 0 || T > 65535) {
         cuk_launch(kernel_add_rmsnorm, T, threads, 0, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
-    } else if (per == 1) {
-        cuk_launch(kernel_add_rmsnorm_r<1>, T, threads, smem, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
-    } else if (per == 2) {
-        cuk_launch(kernel_add_rmsnorm_r<2>, T, threads, smem, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
-    } else if (per <= 4) {
-        cuk_launch(kernel_add_rmsnorm_r<4>, T, threads, smem, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
-    } else {
-        cuk_launch(kernel_add_rmsnorm_r<NORM_K>, T, threads, smem, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
+        return;
     }
+    const int nb = mode >= 2 && n >= 1024 && T <= NORM_CLUSTER_MAX_T ? 8 : 1;
+    const int th = nb == 8 ? 128 : threads;
+    if (per == 1) launch_norm_k<1>(nb, T, th, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
+    else if (per == 2) launch_norm_k<2>(nb, T, th, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
+    else if (per <= 4) launch_norm_k<4>(nb, T, th, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
+    else launch_norm_k<NORM_K>(nb, T, th, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
 }
 
 extern "C" int cuk_add_rmsnorm(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n, float eps,
