@@ -110,18 +110,18 @@ static inline int cuk_pdl_enabled() {
     return on && cuk_pdl_step;
 }
 
-/* k<<<g, b, smem, s>>>(a...) in thread-block clusters of cx blocks along x (cx > 1;
- * g.x a multiple of cx), allowed to overlap the kernel before it (see above); errors
- * are left for cuk_check. */
+/* k<<<g, b, smem, s>>>(a...) in thread-block clusters of shape cl (all 1: none; g a
+ * multiple of cl in each dimension), allowed to overlap the kernel before it (see
+ * above); errors are left for cuk_check. */
 template <typename... P, typename... A>
-static inline void cuk_launch_cluster(void (*k)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t s, unsigned cx, A... a) {
+static inline void cuk_launch_cluster(void (*k)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t s, dim3 cl, A... a) {
     cudaLaunchAttribute at[2];
     int na = 0;
-    if (cx > 1) {
+    if (cl.x * cl.y * cl.z > 1) {
         at[na].id = cudaLaunchAttributeClusterDimension;
-        at[na].val.clusterDim.x = cx;
-        at[na].val.clusterDim.y = 1;
-        at[na].val.clusterDim.z = 1;
+        at[na].val.clusterDim.x = cl.x;
+        at[na].val.clusterDim.y = cl.y;
+        at[na].val.clusterDim.z = cl.z;
         na++;
     }
     if (cuk_pdl_enabled()) {
@@ -143,7 +143,7 @@ static inline void cuk_launch_cluster(void (*k)(P...), dim3 g, dim3 b, size_t sm
  * errors are left for cuk_check. */
 template <typename... P, typename... A>
 static inline void cuk_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t s, A... a) {
-    cuk_launch_cluster(k, g, b, smem, s, 1, a...);
+    cuk_launch_cluster(k, g, b, smem, s, dim3(1, 1, 1), a...);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

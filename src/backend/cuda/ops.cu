@@ -261,7 +261,7 @@ static void launch_norm_k(int nb, int T, int threads, cudaStream_t s, float *x, 
                           const float *w, float *y, int n, float eps, int plus_one, uint16_t *ybf, uint32_t *xq) {
     const size_t smem = xq ? (size_t)K * threads * sizeof(float) : 0;
     if (nb == 8)
-        cuk_launch_cluster(kernel_add_rmsnorm_r<K, 8>, dim3(8, T), threads, smem, s, 8, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
+        cuk_launch_cluster(kernel_add_rmsnorm_r<K, 8>, dim3(8, T), threads, smem, s, dim3(8, 1, 1), x, d, dw, w, y, n, eps, plus_one, ybf, xq);
     else
         cuk_launch(kernel_add_rmsnorm_r<K, 1>, dim3(1, T), threads, smem, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
 }

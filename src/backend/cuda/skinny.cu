@@ -205,27 +205,8 @@ static void launch(const uint16_t *W, const uint16_t *xh, const uint16_t *xl, fl
     if (S > nch / (2 * SK_KW)) S = nch / (2 * SK_KW);
     if (S > SK_MAX_SPLIT) S = SK_MAX_SPLIT;
     if (S < 1) S = 1;
-    cudaLaunchAttribute at[2];
-    int na = 0;
-    if (S > 1) {
-        at[na].id = cudaLaunchAttributeClusterDimension;
-        at[na].val.clusterDim.x = 1;
-        at[na].val.clusterDim.y = (unsigned)S;
-        at[na].val.clusterDim.z = 1;
-        na++;
-    }
-    if (cuk_pdl_enabled()) {
-        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[na].val.programmaticStreamSerializationAllowed = 1;
-        na++;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)blocks, (unsigned)S);
-    cfg.blockDim = dim3(SK_WARPS * 32);
-    cfg.stream = s;
-    cfg.attrs = at;
-    cfg.numAttrs = na;
-    cudaLaunchKernelEx(&cfg, kern, W, xh, xl, y, N, K, T);
+    cuk_launch_cluster(kern, dim3((unsigned)blocks, (unsigned)S), SK_WARPS * 32, 0, s, dim3(1, (unsigned)S, 1), W, xh, xl, y, N,
+                       K, T);
 }
 
 template <int NT, bool EXACT>
