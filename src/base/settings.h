@@ -35,7 +35,8 @@
     X(CUK_MV_INT8, FLAG, "0", "1: GPU quantized products round activations to int8 (dp4a kernels)")                \
     X(CUK_MV_I8X2, INT, "1", "0: fast-precision GPU one-row 4-bit products keep float activations; 1: two int8 terms on products of 2,048+ rows and 2,048+ columns; 2: on every shape (tests)") \
     X(CUK_ROPE_PUT, FLAG, "1", "0: a recorded GPU decode step writes its KV rows in their own launch instead of in the q/k norm + RoPE kernel (A/B runs)") \
-    X(CUK_NORM_REG, INT, "2", "GPU add + RMSNorm: 2 a row over a cluster of 8 blocks (1,024+ values, up to 64 rows), 1 one block a row with the row in registers, 0 the loop form (a round trip a value; A/B runs, tests)") \
+    X(CUK_NORM_REG, INT, "2", "GPU add + RMSNorm: 2 a row that writes int8 pieces over a cluster of 8 blocks (4,096+ values), else as 1; 1 one block a row with the row in registers, 0 the loop form (a round trip a value; A/B runs, tests)") \
+    X(CUK_MV_GLU, FLAG, "1", "0: a 16-bit gate|up product of up to 4 rows and the GLU after it run as two GPU launches instead of one (A/B runs, tests)") \
     X(CELER_PRECISION, STR, NULL, "fast or exact (unset: fast on the GPU, exact on the CPU; docs/cpu-kernels.md for the CPU's fast)")  \
     X(CELER_TP, INT, "0", "tensor-parallel ranks (--tp N): 0 off; N >= 1 splits the model over N GPUs, or N CPU threads") \
     X(CELER_TP_MASTER, STR, NULL, "--tp-master ADDR:PORT: rank 0's address that publishes the NCCL id (several hosts)") \

@@ -241,6 +241,56 @@ static void skinny(void) {
     CHECK(!cuk_skinny_supports(&odd), "skinny needs columns %% 8 == 0");
 }
 
+/* A gate|up product and its GLU in one launch (cuk_matvec_glu) against the product into
+ * [T, 2n] followed by cuk_glu, bit for bit, and both against a double reference: 16-bit
+ * weights, 1-4 rows, SiLU and GELU, widths off every multiple the kernel strides by. */
+static void matvec_glu(void) {
+    static const struct { long n, cols; } shapes[] = {{8, 64}, {100, 1000}, {1000, 4104}};
+    for (int f = 0; f < 2; f++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            const long n = shapes[si].n, cols = shapes[si].cols;
+            twin w = make_weight(f ? WF_F16 : WF_BF16, 2 * n, cols, 0, 0, SC_BF16);
+            for (int T = 1; T <= 4; T++)
+                for (int act = 0; act < 2; act++) {
+                    float *x = malloc((size_t)T * cols * 4), *y1 = malloc((size_t)T * n * 4), *y2 = malloc((size_t)T * n * 4);
+                    for (long i = 0; i < T * cols; i++) x[i] = frand();
+                    float *dx = dup_dev(x, (size_t)T * cols * 4), *dgu, *dy1, *dy2;
+                    void *work;
+                    CK(cudaMalloc((void **)&dgu, (size_t)T * 2 * n * 4));
+                    CK(cudaMalloc((void **)&dy1, (size_t)T * n * 4));
+                    CK(cudaMalloc((void **)&dy2, (size_t)T * n * 4));
+                    CK(cudaMalloc(&work, cuk_matvec_work(T, cols)));
+                    CK(cudaMemset(dy1, 0xff, (size_t)T * n * 4)); /* NaN poison: every output written */
+                    CHECK(cuk_matvec_glu(&w.d, dx, dy1, T, act, NULL) == 0, "matvec_glu: %s", err_msg());
+                    CHECK(cuk_matvec(&w.d, dx, dgu, T, work, 1, NULL) == 0 &&
+                              cuk_glu(dgu, 2 * n, dgu + n, 2 * n, dy2, T, n, act, NULL) == 0,
+                          "matvec then glu: %s", err_msg());
+                    CK(cudaDeviceSynchronize());
+                    CK(cudaMemcpy(y1, dy1, (size_t)T * n * 4, cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(y2, dy2, (size_t)T * n * 4, cudaMemcpyDeviceToHost));
+                    CHECK(memcmp(y1, y2, (size_t)T * n * 4) == 0, "matvec_glu %s [%ld x %ld] T=%d act=%d: differs from matvec + glu",
+                          f ? "f16" : "bf16", 2 * n, cols, T, act);
+                    double *ref = ref_matmul(&w.h, x, T), worst = 0;
+                    for (int t = 0; t < T; t++)
+                        for (long j = 0; j < n; j++) {
+                            const double g = ref[(size_t)t * 2 * n + j], u = ref[(size_t)t * 2 * n + n + j];
+                            const double a = act ? 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
+                                                 : g / (1 + exp(-g));
+                            worst = fmax(worst, fabs(y1[(size_t)t * n + j] - a * u) / (1 + fabs(a * u)));
+                        }
+                    CHECK(worst < 1e-4, "matvec_glu [%ld x %ld] T=%d act=%d: max error %g against the reference", 2 * n, cols, T,
+                          act, worst);
+                    free(ref); free(x); free(y1); free(y2);
+                    cudaFree(dx); cudaFree(dgu); cudaFree(dy1); cudaFree(dy2); cudaFree(work);
+                }
+            free_twin(&w);
+        }
+    twin q = make_weight(WF_AFFINE, 128, 64, 4, 64, SC_BF16);
+    CHECK(cuk_matvec_glu(&q.d, NULL, NULL, 1, 0, NULL) != 0 && strstr(err_msg(), "matvec + glu"),
+          "matvec_glu takes a 4-bit weight it has no kernel for");
+    free_twin(&q);
+}
+
 /* The fast precision's one-row 4-bit products (kernel_mv_q4g_i8) fed by the kernels that
  * write their two-term int8 activations ahead (add + RMSNorm, GLU: cuk_matvec's fast 2):
  * the same bits as the product quantizing a plain kernel's output itself (fast 1), for
@@ -298,9 +348,9 @@ static void q8x2_staging(void) {
 /* add + RMSNorm at row widths that take each register width of the kernel (1, 2, 4
  * and 8 values a thread) and the loop form (more than 8,192): x and y against a double
  * reference, with and without the norm of d (dw, gemma's sandwich), w and 1 + w; then
- * its three forms bit for bit (CUK_NORM_REG 2: a row over a cluster of 8 blocks where
- * rows have 1,024+ values, 1: one block a row, 0: the loop form): x, y, the bf16 copy
- * and (one row) the two-term int8 pieces. */
+ * its three forms bit for bit (CUK_NORM_REG 2: a row that also writes int8 pieces over
+ * a cluster of 8 blocks where rows have 4,096+ values, 1: one block a row, 0: the loop
+ * form): x, y, the bf16 copy and (one row) the two-term int8 pieces. */
 static void add_rmsnorm_widths(void) {
     static const int widths[] = {640, 1000, 2048, 2560, 2880, 4096, 5120, 8192, 9000};
     const int T = 3;
@@ -1110,6 +1160,7 @@ int main(int argc, char **argv) {
         RUN(ops);
         RUN(add_rmsnorm_widths);
         RUN(rope_put);
+        RUN(matvec_glu);
         RUN(q8x2_staging);
         RUN(attention);
         RUN(attention_batch);

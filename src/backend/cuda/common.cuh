@@ -158,6 +158,14 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* act 0: SiLU(v) * w, else GELU (tanh form)(v) * w: the GLU kernels and the products
+ * that apply it to their own rows (the same expression, so the same bits) */
+__device__ __forceinline__ float glu_act(float v, float w, int act) {
+    if (act == 0) return v / (1.f + expf(-v)) * w;
+    const float k = 0.7978845608028654f;
+    return 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v))) * w;
+}
+
 __device__ __forceinline__ float bf16f(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
 /* the two bf16 halves of a 32-bit word */
 __device__ __forceinline__ float bf16lo(uint32_t w) { return __uint_as_float(w << 16); }

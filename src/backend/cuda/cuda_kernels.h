@@ -41,6 +41,12 @@ int cuk_late_files(int *masks, int cap);
 int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, int fast, cuk_stream s);
 int cuk_matvec_q8x2(const weight *w);
 size_t cuk_matvec_work(int T, int64_t cols);
+/* A gate|up product and the GLU after it in one launch: W [2n, cols] (gate's n rows,
+ * then up's) @ x [T, cols] -> y [T, n] = act(gate) * up (act 0 SiLU, 1 GELU tanh), the
+ * same bits as cuk_matvec into [T, 2n] then cuk_glu. 16-bit weights, T <= 4 (the rows
+ * cuk_matvec_glu_ok accepts); y must not overlap x. */
+int cuk_matvec_glu(const weight *w, const float *x, float *y, int T, int act, cuk_stream s);
+int cuk_matvec_glu_ok(const weight *w, int T, int act);
 /* Whether cuk_matvec has a kernel for this weight. */
 int cuk_matvec_supports(const weight *w);
 /* Decode products of a batch on the tensor cores (skinny.cu): W bf16 [rows, cols] @

@@ -48,14 +48,20 @@ __device__ __forceinline__ void store_rows(float (&acc)[R][T], int lane, int row
 }
 
 /* 16-bit weights (bf16 or f16): cols % 8 == 0 and 16-byte aligned rows. A warp takes
- * R rows so that each x value it loads serves R rows (x traffic through L1 / R). */
-template <int T, int R, bool BF>
+ * R rows so that each x value it loads serves R rows (x traffic through L1 / R).
+ * GLU (R = 2, act): W is a gate|up product's 2 rows rows (gate's, then up's), and a
+ * warp takes gate row i and up row i and writes y [T, rows] = glu_act(gate, up): the
+ * product and the GLU after it in one launch, the same sums (the same order) and so
+ * the same bits as the two. */
+template <int T, int R, bool BF, bool GLU = false>
 __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_16(const uint16_t *__restrict__ W, const float *__restrict__ x,
-                                                            float *__restrict__ y, int rows, long cols) {
-    const int lane = threadIdx.x & 31, row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
+                                                            float *__restrict__ y, int rows, long cols, int act) {
+    static_assert(!GLU || R == 2, "a GLU warp holds a gate row and its up row");
+    const int lane = threadIdx.x & 31, row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * (GLU ? 1 : R);
     const uint16_t *wr[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) wr[r] = W + (long)min(row0 + r, rows - 1) * cols;
+    for (int r = 0; r < R; r++)
+        wr[r] = GLU ? W + ((long)r * rows + min(row0, rows - 1)) * cols : W + (long)min(row0 + r, rows - 1) * cols;
     /* U loads of 16 bytes per row in flight per lane before any is used; the first
      * batch (weights only) goes out before waiting for the kernel that wrote x */
     constexpr int U = R == 1 ? 4 : 2;
@@ -100,6 +106,14 @@ __global__ void __launch_bounds__(MV_WARPS * 32) kernel_mv_16(const uint16_t *__
         }
         j0 += 256L * U;
         if (j0 < cols) load(j0);
+    }
+    if (GLU) {
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float g = warp_sum(acc[0][t]), u = warp_sum(acc[R - 1][t]);
+            if (lane == 0) y[(long)t * rows + row0] = glu_act(g, u, act);
+        }
+        return;
     }
     store_rows<T, R>(acc, lane, row0, rows, y);
 }
@@ -991,8 +1005,8 @@ static void launch_mv_r(const weight *w, const float *x, float *y, void *work, c
     const long cols = w->cols;
     const dim3 grid((unsigned)((rows + MV_WARPS * R - 1) / (MV_WARPS * R))), block(MV_WARPS * 32);
     switch (w->fmt) {
-    case WF_BF16: cuk_launch(kernel_mv_16<T, R, true>, grid, block, 0, s, (const uint16_t *)w->data, x, y, rows, cols); break;
-    case WF_F16: cuk_launch(kernel_mv_16<T, R, false>, grid, block, 0, s, (const uint16_t *)w->data, x, y, rows, cols); break;
+    case WF_BF16: cuk_launch(kernel_mv_16<T, R, true>, grid, block, 0, s, (const uint16_t *)w->data, x, y, rows, cols, 0); break;
+    case WF_F16: cuk_launch(kernel_mv_16<T, R, false>, grid, block, 0, s, (const uint16_t *)w->data, x, y, rows, cols, 0); break;
     case WF_F32: {
         const dim3 g1((unsigned)((rows + MV_WARPS - 1) / MV_WARPS));
         cuk_launch(kernel_mv_f32<T>, g1, block, 0, s, (const float *)w->data, x, y, rows, cols);
@@ -1052,6 +1066,37 @@ extern "C" int cuk_matvec_supports(const weight *w) {
     case WF_MXFP4: return w->cols % 32 == 0 && w->scales != NULL;
     default: return 0;
     }
+}
+
+#define MV_GLU_MAX_T 4
+
+template <int T>
+static void launch_mv_glu(const weight *w, const float *x, float *y, int act, cudaStream_t s) {
+    const int rows = (int)(w->rows / 2);
+    const dim3 grid((unsigned)((rows + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
+    if (w->fmt == WF_BF16)
+        cuk_launch(kernel_mv_16<T, 2, true, true>, grid, block, 0, s, (const uint16_t *)w->data, x, y, rows, w->cols, act);
+    else
+        cuk_launch(kernel_mv_16<T, 2, false, true>, grid, block, 0, s, (const uint16_t *)w->data, x, y, rows, w->cols, act);
+}
+
+extern "C" int cuk_matvec_glu_ok(const weight *w, int T, int act) {
+    return (w->fmt == WF_BF16 || w->fmt == WF_F16) && w->cols % 8 == 0 && w->rows % 2 == 0 && T >= 1 &&
+           T <= MV_GLU_MAX_T && (act == 0 || act == 1);
+}
+
+extern "C" int cuk_matvec_glu(const weight *w, const float *x, float *y, int T, int act, cuk_stream st) {
+    cudaStream_t s = (cudaStream_t)st;
+    if (!cuk_matvec_glu_ok(w, T, act))
+        return err_set("cuda matvec + glu: no kernel for %d rows of this weight (16-bit, even rows, act 0/1, T <= %d)", T,
+                       MV_GLU_MAX_T);
+    switch (T) {
+    case 1: launch_mv_glu<1>(w, x, y, act, s); break;
+    case 2: launch_mv_glu<2>(w, x, y, act, s); break;
+    case 3: launch_mv_glu<3>(w, x, y, act, s); break;
+    default: launch_mv_glu<4>(w, x, y, act, s); break;
+    }
+    return cuk_check("matvec + glu");
 }
 
 extern "C" int cuk_matvec(const weight *w, const float *x, float *y, int T, void *work, int fast, cuk_stream st) {

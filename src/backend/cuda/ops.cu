@@ -252,10 +252,6 @@ __global__ void __launch_bounds__(NB == 1 ? 1024 : 128) kernel_add_rmsnorm_r(flo
     }
 }
 
-/* The most rows a launch spreads over clusters of 8 blocks (more: one block a row,
- * where the grid fills the GPU anyway). */
-#define NORM_CLUSTER_MAX_T 64
-
 template <int K>
 static void launch_norm_k(int nb, int T, int threads, cudaStream_t s, float *x, const float *d, const float *dw,
                           const float *w, float *y, int n, float eps, int plus_one, uint16_t *ybf, uint32_t *xq) {
@@ -266,10 +262,17 @@ static void launch_norm_k(int nb, int T, int threads, cudaStream_t s, float *x, 
         cuk_launch(kernel_add_rmsnorm_r<K, 1>, dim3(1, T), threads, smem, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
 }
 
+/* The narrowest row a cluster of 8 blocks takes (below: one block a row) */
+#define NORM_CLUSTER_MIN_N 4096
+
 /* T rows of n values. CUK_NORM_REG (read per launch so a test can switch it): 2 (the
- * default) a cluster of 8 blocks of 128 threads a row where rows have 1,024 values or
- * more and T <= NORM_CLUSTER_MAX_T, else 1: one block a row, values in registers (up to
- * NORM_K a thread), else 0 (and rows of more than NORM_K * 1,024 values): the loop form. */
+ * default) a cluster of 8 blocks of 128 threads a row where the norm also writes int8
+ * pieces (a one-row step of 4-bit products) and rows have NORM_CLUSTER_MIN_N values or
+ * more, else 1: one block a row, values in registers (up to NORM_K a thread), else 0
+ * (and rows of more than NORM_K * 1,024 values): the loop form. Measured on the H200
+ * (docs/benchmarks/cuda.md, twentieth session): the cluster gains only with the int8
+ * pass on wide rows (llama3-8b q4 +1-2%); it lost on gemma3-4b's 2,560 values (q4 -3.6%,
+ * bf16 -3%) and gained nothing on llama3-8b bf16. */
 static void launch_add_rmsnorm(float *x, const float *d, const float *dw, const float *w, float *y, int T, int n, float eps,
                                int plus_one, uint16_t *ybf, uint32_t *xq, cudaStream_t s) {
     const int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
@@ -279,7 +282,7 @@ static void launch_add_rmsnorm(float *x, const float *d, const float *dw, const 
         cuk_launch(kernel_add_rmsnorm, T, threads, 0, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
         return;
     }
-    const int nb = mode >= 2 && n >= 1024 && T <= NORM_CLUSTER_MAX_T ? 8 : 1;
+    const int nb = mode >= 2 && xq && n >= NORM_CLUSTER_MIN_N ? 8 : 1;
     const int th = nb == 8 ? 128 : threads;
     if (per == 1) launch_norm_k<1>(nb, T, th, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
     else if (per == 2) launch_norm_k<2>(nb, T, th, s, x, d, dw, w, y, n, eps, plus_one, ybf, xq);
@@ -430,13 +433,6 @@ extern "C" int cuk_rope(float *x, int T, int n_heads, int head_dim, const int32_
     cuk_launch(kernel_rope, blocks_for(n, 256), 256, 0, (cudaStream_t)s, x, T, n_heads, head_dim, pos, r->inv_freq, r->dim,
                r->attn_factor);
     return cuk_check("rope");
-}
-
-/* act 0: SiLU(v) * w, else GELU (tanh form)(v) * w */
-__device__ __forceinline__ float glu_act(float v, float w, int act) {
-    if (act == 0) return v / (1.f + expf(-v)) * w;
-    const float k = 0.7978845608028654f;
-    return 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v))) * w;
 }
 
 /* blockIdx.x: 256 columns of a row, blockIdx.y (strided): the rows */

@@ -189,8 +189,8 @@ void cuda_profile_print(cuda_backend *c) {
 /* The fast precision: a residual add + norm, or a GLU, whose output a product reads
  * next also writes it rounded to bf16 into the GEMM staging (when that is large
  * enough: from the second forward on), so the product skips its conversion pass (the
- * same rounding, so the same bits). 1 when it ran e. */
-static int stage_ahead(cuda_backend *c, const step_op *e, cudaStream_t st) {
+ * same rounding, so the same bits). 1 when it ran e (dry: when it would, running nothing). */
+static int stage_ahead(cuda_backend *c, const step_op *e, cudaStream_t st, int dry) {
     if (!c->self->fast) return 0;
     /* prefill-sized ops, and batches whose bf16 products take the tensor-core decode
      * kernel (it reads staged activations too); smaller decode steps leave the kernels
@@ -202,12 +202,14 @@ static int stage_ahead(cuda_backend *c, const step_op *e, cudaStream_t st) {
         y = a->y;
         n = (long)a->T * a->n;
         if ((a->T <= STAGE_MIN_ROWS && !skinny_rows(a->T)) || (size_t)n * 2 > c->xbf.cap) return 0;
+        if (dry) return 1;
         RUN(cuk_add_rmsnorm_bf16(a->x, a->d, a->dw, a->w, a->y, a->T, a->n, a->eps, a->plus_one, c->xbf.p, st));
     } else if (e->op == SOP_glu) {
         const op_glu_args *a = &e->u.glu;
         y = a->y;
         n = (long)a->T * a->n;
         if ((a->T <= STAGE_MIN_ROWS && !skinny_rows(a->T)) || (size_t)n * 2 > c->xbf.cap) return 0;
+        if (dry) return 1;
         RUN(cuk_glu_bf16(a->g, a->ldg, a->u, a->ldu, a->y, a->T, a->n, a->act, c->xbf.p, st));
     } else {
         return 0;
@@ -221,8 +223,9 @@ static int stage_ahead(cuda_backend *c, const step_op *e, cudaStream_t st) {
 /* The fast precision's one-row 4-bit products read their activations as two-term int8
  * pieces (cuk_matvec_q8x2): an add + RMSNorm or GLU whose output such a product reads
  * next (next: known in recorded steps) also writes them, into the matvec work the
- * product reads, so the product skips its quantizing launch. 1 when it ran e. */
-static int stage_q8x2(cuda_backend *c, const step_op *e, const step_op *next, cudaStream_t st) {
+ * product reads, so the product skips its quantizing launch. 1 when it ran e (dry: when
+ * it would, running nothing). */
+static int stage_q8x2(cuda_backend *c, const step_op *e, const step_op *next, cudaStream_t st, int dry) {
     if (!c->self->fast || !next || next->op != SOP_matmul || next->u.matmul.T != 1) return 0;
     const weight *w = &next->u.matmul.w;
     if (skinny_ok(w, 1) || !gemm_ok(w, 1) || !cuk_matvec_q8x2(w) || c->mv.cap < cuk_matvec_work(1, w->cols)) return 0;
@@ -230,11 +233,13 @@ static int stage_q8x2(cuda_backend *c, const step_op *e, const step_op *next, cu
     if (e->op == SOP_add_rmsnorm && e->u.add_rmsnorm.y) {
         const op_add_rmsnorm_args *a = &e->u.add_rmsnorm;
         if (a->T != 1 || a->y != next->u.matmul.x || a->n != w->cols) return 0;
+        if (dry) return 1;
         y = a->y;
         RUN(cuk_add_rmsnorm_q8x2(a->x, a->d, a->dw, a->w, a->y, a->n, a->eps, a->plus_one, c->mv.p, st));
     } else if (e->op == SOP_glu) {
         const op_glu_args *a = &e->u.glu;
         if (a->T != 1 || a->y != next->u.matmul.x || a->n != w->cols) return 0;
+        if (dry) return 1;
         y = a->y;
         RUN(cuk_glu_q8x2(a->g, a->u, a->y, a->n, a->act, c->mv.p, st));
     } else {
@@ -248,7 +253,7 @@ static int stage_q8x2(cuda_backend *c, const step_op *e, const step_op *next, cu
 static void run_op_now(cuda_backend *c, const step_op *e, const step_op *next, const char *vals) {
     cudaStream_t st = c->stream;
     c->op_seq++; /* the staged activations stay valid only from one product to the next */
-    if (stage_q8x2(c, e, next, st) || stage_ahead(c, e, st)) return;
+    if (stage_q8x2(c, e, next, st, 0) || stage_ahead(c, e, st, 0)) return;
     switch (e->op) {
 /* a KERNEL op: its launcher over the recorded arguments */
 #define CUDA_OP_RUN(name)                            \
@@ -401,12 +406,38 @@ static int run_rope_put(cuda_backend *c, const step_op *e, const step_op *put, c
     return 1;
 }
 
+/* A 16-bit gate|up product of up to 4 rows on the matrix-vector kernels and the GLU of
+ * its two halves after it (g the product's output, u = g + n, both rows 2n apart) as one
+ * launch (cuk_matvec_glu: the same bits), unless the GLU would also stage its output
+ * for the product after it (after: the op after the GLU, or NULL); CUK_MV_GLU=0 keeps
+ * two launches. 1 when it ran both. */
+static int run_matvec_glu(cuda_backend *c, const step_op *e, const step_op *g, const step_op *after) {
+    static int on = -1;
+    if (on < 0) on = setting_flag(SET_CUK_MV_GLU);
+    if (!on || e->op != SOP_matmul || g->op != SOP_glu) return 0;
+    const weight *w = &e->u.matmul.w;
+    const op_glu_args *a = &g->u.glu;
+    const int T = e->u.matmul.T;
+    const long n = a->n;
+    if (a->T != T || a->g != e->u.matmul.y || a->u != a->g + n || a->ldg != 2 * n || a->ldu != 2 * n || w->rows != 2 * n)
+        return 0;
+    if (!cuk_matvec_glu_ok(w, T, a->act) || skinny_ok(w, T) || !gemm_ok(w, T)) return 0;
+    const uintptr_t ya = (uintptr_t)a->y, xa = (uintptr_t)e->u.matmul.x;
+    if (!(ya + (uintptr_t)T * n * sizeof(float) <= xa || xa + (uintptr_t)T * w->cols * sizeof(float) <= ya)) return 0;
+    if (stage_q8x2(c, g, after, c->stream, 1) || stage_ahead(c, g, c->stream, 1)) return 0;
+    c->op_seq += 2;
+    RUN(cuk_matvec_glu(w, e->u.matmul.x, a->y, T, a->act, c->stream));
+    return 1;
+}
+
 /* Runs ops [0, n) in order; ev (CELER_PROFILE=2 capture: [n + 1] events) is recorded
  * before each op and after the last (a fused pair: both before it). */
 static void run_ops(cuda_backend *c, const step_op *ops, int n, cudaEvent_t *ev) {
     for (int i = 0; i < n && !c->failed; i++) {
         if (ev) cudaEventRecordWithFlags(ev[i], c->stream, cudaEventRecordExternal);
-        if (i + 1 < n && c->profile != 1 && run_rope_put(c, &ops[i], &ops[i + 1], values_of(c, &ops[i + 1]))) {
+        if (i + 1 < n && c->profile != 1 &&
+            (run_rope_put(c, &ops[i], &ops[i + 1], values_of(c, &ops[i + 1])) ||
+             run_matvec_glu(c, &ops[i], &ops[i + 1], i + 2 < n ? &ops[i + 2] : NULL))) {
             if (ev) cudaEventRecordWithFlags(ev[++i], c->stream, cudaEventRecordExternal);
             else i++;
             continue;
