@@ -992,11 +992,30 @@ extern "C" size_t cuk_matvec_work(int T, int64_t cols) {
     return i8 > x2 ? i8 : x2;
 }
 
-static int rows_per_warp(int T) {
+/* The share of the SMs' warp slots a grid of `blocks` blocks keeps busy until its
+ * last block ends, if every block takes the same time (1: whole waves). */
+static double sm_fill(long blocks) {
+    int nsm, optin, per_sm, dev;
+    x1_device(&nsm, &optin, &per_sm, &dev);
+    if (nsm <= 0) return 1;
+    const long w = (blocks + nsm - 1) / nsm;
+    return (double)blocks / (double)(w * nsm);
+}
+
+/* Measured on the H200: 2 rows a warp for batches (docs/benchmarks/cuda-kernels.md);
+ * for one row, 2 on 16-bit rows of 4,096+ columns (llama3-8b bf16 tg128 +3%, at depth
+ * 4,096 +2.2%, llama3.2-1b's down product +2.2% over 1 row a warp; twentieth session,
+ * docs/benchmarks/cuda.md) unless halving the blocks spreads them less evenly over the
+ * SMs (gemma3-4b's down product, 2,560 rows: 160 blocks on 132 SMs, -1.5%), 1 elsewhere
+ * (gemma3-4b's 2,560-column products at 2 rows lost 1.2% with the rest). */
+static int rows_per_warp(int T, const weight *w) {
     static int env = -1;
     if (env < 0) env = (int)setting_int(SET_CUK_MV_ROWS);
     if (env == 1 || env == 2 || env == 4) return env;
-    return T == 1 ? 1 : 2; /* measured on the H200: docs/benchmarks/cuda-kernels.md */
+    if (T > 1) return 2;
+    if ((w->fmt != WF_BF16 && w->fmt != WF_F16) || w->cols < 4096) return 1;
+    const long b1 = (w->rows + MV_WARPS - 1) / MV_WARPS, b2 = (w->rows + 2 * MV_WARPS - 1) / (2 * MV_WARPS);
+    return sm_fill(b2) >= sm_fill(b1) - 0.02 ? 2 : 1;
 }
 
 template <int T, int R>
@@ -1049,7 +1068,7 @@ static void launch_mv_r(const weight *w, const float *x, float *y, void *work, c
 
 template <int T>
 static void launch_mv(const weight *w, const float *x, float *y, void *work, cudaStream_t s) {
-    switch (rows_per_warp(T)) {
+    switch (rows_per_warp(T, w)) {
     case 1: launch_mv_r<T, 1>(w, x, y, work, s); break;
     case 2: launch_mv_r<T, 2>(w, x, y, work, s); break;
     default: launch_mv_r<T, 4>(w, x, y, work, s); break;
