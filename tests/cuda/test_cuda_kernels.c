@@ -172,6 +172,9 @@ static void matmul_formats(void) {
     check_matmul("bf16", WF_BF16, 1000, 1032, 0, 0, SC_BF16);
     check_matmul("f16", WF_F16, 333, 264, 0, 0, SC_BF16);
     check_matmul("bf16 long rows", WF_BF16, 300, 5128, 0, 0, SC_BF16); /* several rounds of loads a warp and a tail */
+    /* one-row products at 2 rows a warp (rows_per_warp: 4,096+ columns, and on a 132-SM
+     * H200 264 blocks at 1 row a warp fill the SMs no better than 132 at 2), an odd last row */
+    check_matmul("bf16 many long rows", WF_BF16, 2111, 4104, 0, 0, SC_BF16);
     check_matmul("f32", WF_F32, 77, 100, 0, 0, SC_BF16);
     check_matmul("q4g64", WF_AFFINE, 1000, 1024, 4, 64, SC_BF16);
     /* columns a multiple of 2048: kernel_mv_q4g_x1 by default, the chunk kernel under CUK_MV_X1CFG=r2u4
