@@ -61,6 +61,15 @@ static void corrupt_files(void) {
                  "does not compile", NULL);
     expect_error("bad_added", "{\"added_tokens\": [{\"content\": 5}], \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}",
                  "added_tokens[0]", NULL);
+    /* ids up to 2e9 parse, but a lone far id must not size the id tables (a fuzzer's
+     * out-of-memory find); a vocabulary with a small gap still opens */
+    expect_error("far_id", "{\"added_tokens\": [{\"id\": 444444444, \"content\": \"<x>\", \"special\": true}], "
+                 "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+                 "token id 444444444 is far past the 2 tokens", "at most 65539");
+    celer_tokenizer *g = open_json("small_gap", "{\"added_tokens\": [{\"id\": 1000, \"content\": \"<x>\", \"special\": true}], "
+                                   "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}");
+    CHECK(g != NULL, "a tokenizer with an id gap of 1,000: %s", celer_last_error());
+    celer_tokenizer_free(g);
     celer_tokenizer *t = celer_tokenizer_open("/nonexistent/celer/tok");
     CHECK(!t, "opened a missing directory");
     CHECK_STR_HAS(celer_last_error(), "/nonexistent/celer/tok");

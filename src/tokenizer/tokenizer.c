@@ -274,6 +274,14 @@ static int load_tokenizer_json(celer_tokenizer *t, const char *path) {
         if (t->bpe.vocab.val[e] > maxid) maxid = t->bpe.vocab.val[e];
     for (int i = 0; i < t->n_added; i++)
         if (t->added[i].id > maxid) maxid = t->added[i].id;
+    /* the id -> token tables are dense: a lone huge id (the file allows up to 2e9) would
+     * ask for gigabytes; real vocabularies number their tokens from 0 with few gaps */
+    const long defined = (long)t->bpe.vocab.n + t->n_added, id_cap = 2 * defined + 65536;
+    if ((long)maxid >= id_cap || maxid >= (1 << 24)) {
+        err_set("%s: token id %d is far past the %ld tokens the file defines (ids must number them from 0 "
+                "with few gaps: at most %ld)", path, (int)maxid, defined, id_cap < (1 << 24) ? id_cap - 1 : (1L << 24) - 1);
+        goto out;
+    }
     t->n_vocab = maxid + 1;
     t->id_tok = calloc((size_t)t->n_vocab + 1, sizeof *t->id_tok);
     t->id_len = calloc((size_t)t->n_vocab + 1, sizeof *t->id_len);
