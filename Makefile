@@ -98,7 +98,10 @@ FIXTURES   := $(FIXTURE_XZ:.xz=)
 $(FIXTURES): %: %.xz
 	xz -dkc $< > $@.tmp && mv $@.tmp $@
 
-tests: $(TESTS) $(B)/celer $(FIXTURES) $(if $(and $(NVCC),$(filter 0,$(SAN))),cuda)
+# Kernel micro-benchmarks (bench/*.c) are built with the tests, so a change to an
+# interface they use breaks the build instead of leaving them to rot.
+BENCHES := $(patsubst bench/%.c,$(B)/%,$(filter-out bench/bench_cuda_%.c,$(wildcard bench/*.c)))
+tests: $(TESTS) $(BENCHES) $(B)/celer $(FIXTURES) $(if $(and $(NVCC),$(filter 0,$(SAN))),cuda)
 
 test: deps
 	@$(MAKE) --no-print-directory tests SAN=$(SAN) BUILD=$(BUILD)
@@ -111,8 +114,7 @@ run: deps
 	@$(MAKE) --no-print-directory $(B)/celer SAN=$(SAN) BUILD=$(BUILD)
 	$(B)/celer run
 
-# Kernel micro-benchmarks (bench/*.c): `make bench`, then e.g. build/bench_mm -f q4 -t 2.
-BENCHES := $(patsubst bench/%.c,$(B)/%,$(filter-out bench/bench_cuda_%.c,$(wildcard bench/*.c)))
+# Kernel micro-benchmarks (bench/*.c, BENCHES above): `make bench`, then e.g. build/bench_mm -f q4 -t 2.
 bench: $(BENCHES)
 $(B)/bench_%: bench/bench_%.c $(B)/libceler.a
 	$(CC) $(CFLAGS) -o $@ $< $(B)/libceler.a $(LDLIBS)

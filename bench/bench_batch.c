@@ -25,7 +25,7 @@ static double now(void) {
 }
 
 enum { P_MM, P_HEAD, P_ATTN, P_OTHER, P_N };
-static double part[P_N];
+static double t_part[P_N];
 static backend_ops real, timed;
 static const weight *head;
 
@@ -33,12 +33,17 @@ static const weight *head;
     static void w_##name(backend *b OP_ARGS_##name(OPA_PARAM)) {                    \
         double t0 = now();                                                          \
         real.name(b OP_ARGS_##name(ARG));                                           \
-        part[which_##name] += now() - t0;                                           \
+        t_part[which_##name] += now() - t0;                                           \
     }
 #define ARG(k, t, n) , n
 /* which part each op's time goes to */
 #define which_matmul (w == head ? P_HEAD : P_MM)
 #define which_attention P_ATTN
+#define which_attention_batch P_ATTN
+#define which_split_cols P_OTHER
+#define which_gather_cols P_OTHER
+#define which_embed_range P_OTHER
+#define which_all_reduce P_OTHER
 #define which_rmsnorm P_OTHER
 #define which_add_rmsnorm P_OTHER
 #define which_qk_norm_rope P_OTHER
@@ -117,7 +122,7 @@ int main(int argc, char **argv) {
         }
         const celer_gen_event *ev;
         celer_gen_step(g, &ev); /* prefill + first tokens, untimed */
-        memset(part, 0, sizeof part);
+        memset(t_part, 0, sizeof t_part);
         double t0 = now();
         int steps = 0;
         while (celer_gen_step(g, &ev) > 0) steps++;
@@ -131,11 +136,11 @@ int main(int argc, char **argv) {
             for (int i = 0; i < B; i++) celer_sampler_sample(smp, celer_session_logits(s[i]));
         double samp = (now() - ts0) / steps;
         celer_sampler_free(smp);
-        double ms = 1e3 / steps, sum = part[P_MM] + part[P_HEAD] + part[P_ATTN] + part[P_OTHER];
+        double ms = 1e3 / steps, sum = t_part[P_MM] + t_part[P_HEAD] + t_part[P_ATTN] + t_part[P_OTHER];
         double tps = (double)B * steps / total;
         if (bi == 0) base = tps / B;
-        printf("%4d %9.2f | %8.2f %8.2f %8.2f %8.2f %8.2f | %8.2f %9.2f %7.2f\n", B, total * ms, part[P_MM] * ms,
-               part[P_HEAD] * ms, part[P_ATTN] * ms, part[P_OTHER] * ms, (total - sum) * ms, samp * 1e3, tps,
+        printf("%4d %9.2f | %8.2f %8.2f %8.2f %8.2f %8.2f | %8.2f %9.2f %7.2f\n", B, total * ms, t_part[P_MM] * ms,
+               t_part[P_HEAD] * ms, t_part[P_ATTN] * ms, t_part[P_OTHER] * ms, (total - sum) * ms, samp * 1e3, tps,
                base > 0 ? tps / base : 0);
         celer_gen_free(g);
         for (int i = 0; i < B; i++) celer_session_free(s[i]);

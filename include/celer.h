@@ -44,8 +44,9 @@ const char *celer_setting(const char *name);
 int celer_setting_set(const char *name, const char *value);
 /* Prints that table (name, type, default, meaning, value when set) to f. */
 void celer_settings_print(FILE *f);
-/* The CPU kernel level in force ("avx512 +bf16 +vnni", "avx2", "generic": the best
- * this processor runs, or the one CELER_CPU forces); static storage. */
+/* The CPU kernel level in force ("avx512 +bf16 +vnni, fast 4-bit decode: int16", "avx2",
+ * "generic": the best this processor runs, or the one CELER_CPU forces; at avx512 also
+ * the kernel CELER_CPU_Q4DEC picks for fast 4-bit decode products); static storage. */
 const char *celer_cpu_kernels(void);
 /* The float32 FMA peak of that level with n_threads threads at once, GFLOP/s,
  * measured now by a register-only loop (~0.5 s); -1 on error. */

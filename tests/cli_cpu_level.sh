@@ -24,5 +24,8 @@ done
 out=$(CELER_CPU=sse9 "$C" generate -m "$T/tiny" --tokens 1,2 -n 2 2>&1); rc=$?
 if [ $rc = 1 ] && grep -q "CELER_CPU=sse9: not a CPU kernel level" <<<"$out"; then ok "unknown level refused"
 else bad "CELER_CPU=sse9 (exit $rc): $out"; fi
+out=$(CELER_CPU_Q4DEC=int8 "$C" generate -m "$T/tiny" --tokens 1,2 -n 2 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "CELER_CPU_Q4DEC=int8: not a 4-bit decode kernel (auto, bf16 or int16)" <<<"$out"; then ok "unknown 4-bit decode kernel refused"
+else bad "CELER_CPU_Q4DEC=int8 (exit $rc): $out"; fi
 echo "@@ $pass passed $fail failed"
 [ $fail = 0 ]

@@ -6,7 +6,8 @@
  * positions, sliding window, softcap and sinks, 1 to 40 query tokens (decode's 1 to 8
  * split over 2 and 3 threads); each case also
  * through a paged view (attn_kv.blocks: the rows scattered over blocks of 64 in
- * shuffled order, the unused blocks filled with NaN so a wrong lookup shows). */
+ * shuffled order, the unused blocks filled with NaN so a wrong lookup shows); and decode
+ * steps of several sequences (attention_batch) with caches of different lengths. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,9 +143,70 @@ static const acase cases[] = {
     {40, 2, 64, 1, 70, 0, 0, 0},     {40, 2, 64, 3, 70, 0, 0, 1},     {16, 8, 128, 8, 300, 0, 0, 0},
 };
 
+/* A decode step of several sequences (attention_batch: one query row each, caches of
+ * different lengths, an empty one among them) against the reference of each alone. */
+static void run_batch(const acase *c, const int *lens, int nseq, int level) {
+    const long row = (long)c->kv * c->hd + 8, qd = (long)c->heads * c->hd;
+    float *q = malloc((size_t)nseq * qd * 4), *out = malloc((size_t)nseq * qd * 4);
+    double *ref = malloc((size_t)nseq * qd * sizeof *ref);
+    int32_t *qpos = malloc((size_t)nseq * 4);
+    attn_kv *kvs = calloc((size_t)nseq, sizeof *kvs);
+    float sinks[64];
+    for (int h = 0; h < c->heads; h++) sinks[h] = (float)rnd();
+    attn_params p = {c->heads, c->kv, c->hd, 1.0f / sqrtf((float)c->hd), c->window, c->softcap, c->sinks ? sinks : NULL};
+    int max_keys = 0;
+    for (int i = 0; i < nseq; i++) {
+        const int n = lens[i];
+        float *k = malloc((size_t)(n ? n : 1) * row * 4), *v = malloc((size_t)(n ? n : 1) * row * 4);
+        int32_t *pos = malloc((size_t)(n ? n : 1) * 4);
+        for (long j = 0; j < n * row; j++) { k[j] = (float)rnd(); v[j] = (float)rnd(); }
+        for (int r = 0; r < n; r++) pos[r] = r;
+        for (long j = 0; j < qd; j++) q[i * qd + j] = (float)(2 * rnd());
+        qpos[i] = n; /* the token after the cache, as decode */
+        kvs[i] = (attn_kv){n ? k : NULL, v, pos, n, row, KVT_F32, 0, NULL};
+        acase one = *c;
+        one.T = 1;
+        one.n = n;
+        reference(&one, q + i * qd, qpos + i, &kvs[i], &p, ref + i * qd);
+        if (n > max_keys) max_keys = n;
+    }
+    static const char *const names[] = {"generic", "avx2", "avx512"};
+    setting_override(SET_CELER_CPU, names[level]);
+    for (int threads = 2; threads <= 3; threads++) {
+        backend *b = backend_cpu_new(threads, 64);
+        CHECK(b != NULL, "backend");
+        if (!b) continue;
+        for (long j = 0; j < nseq * qd; j++) out[j] = NAN;
+        b->ops->attention_batch(b, q, qpos, nseq, kvs, max_keys, KVT_F32, &p, out);
+        for (int i = 0; i < nseq; i++) {
+            double worst = 0;
+            for (long j = 0; j < qd; j++) {
+                double e = fabs(out[i * qd + j] - ref[i * qd + j]);
+                if (!(e <= worst)) worst = e;
+            }
+            CHECK(worst < 2e-5, "%s batch of %d, %d threads: sequence %d (%d keys) heads %d/%d hd %d window %d softcap %g sinks %d: max err %g",
+                  names[level], nseq, threads, i, lens[i], c->heads, c->kv, c->hd, c->window, c->softcap, c->sinks, worst);
+        }
+        backend_free(b);
+    }
+    setting_override(SET_CELER_CPU, NULL);
+    for (int i = 0; i < nseq; i++) { free((void *)kvs[i].k); free((void *)kvs[i].v); free((void *)kvs[i].pos); }
+    free(kvs); free(q); free(out); free(ref); free(qpos);
+}
+
 static int level;
 static void attention_cases(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], level);
+}
+
+static void attention_batches(void) {
+    const int mixed[] = {96, 0, 1, 17, 300, 1000, 64, 5};
+    const int short8[] = {70, 71, 72, 90, 65, 100, 80, 75};
+    const acase qwen = {16, 8, 128, 1, 0, 0, 0, 0}, sink = {8, 2, 64, 1, 0, 20, 30.0f, 1};
+    run_batch(&qwen, mixed, 8, level);
+    run_batch(&qwen, short8, 8, level);
+    run_batch(&sink, mixed, 8, level);
+    run_batch(&qwen, mixed + 4, 1, level);
 }
 
 int main(void) {
@@ -156,6 +218,7 @@ int main(void) {
         }
         printf("level %s\n", cpu_level_name(level));
         RUN(attention_cases);
+        RUN(attention_batches);
     }
     return harness_done();
 }

@@ -15,7 +15,8 @@
  * (gap > 0.05; for a fixture on which transformers' own bf16 loses clear top tokens,
  * gemma4, gap > FACTOR x its bf16 max_abs: the GPU test's rule is the 0.05 alone).
  * Mixture-of-experts models run exact under fast (model/precision.c) and are held to
- * the same rule. At the best level the quantized fixtures also run with
+ * the same rule. At the avx512 level the quantized fixtures run again under each 4-bit
+ * decode rounding the processor has (CELER_CPU_Q4DEC=bf16 and int16), each held to it. At the best level the quantized fixtures also run with
  * CELER_CPU_INT8=1 (int8 activations), whose margins are printed, not checked: they
  * fail the rule (docs/cpu-kernels.md "Precision"). Prints the margins (worst figure / envelope) per level.
  * `--factor F` changes 1.5; `--only a,b` runs those fixtures alone; `--level L` one level. */
@@ -160,6 +161,21 @@ static void one(const char *name, const char *sibling) {
     }
     margins fast = {{0, 0, 0}, 0};
     run_model(name, "fast", &e, &fast, 1);
+    if (strcmp(name, sibling) != 0 && cpu_level() == CPU_AVX512) {
+        /* 4-bit decode products: both roundings this processor runs (the default run
+         * above took the one CELER_CPU_Q4DEC=auto picks), each held to the rule */
+        const char *modes[] = {"bf16", "int16"};
+        const int has[] = {cpu_has_avx512_bf16(), cpu_has_avx512_vnni()};
+        for (int md = 0; md < 2; md++) {
+            if (!has[md]) continue;
+            margins mm = {{0, 0, 0}, 0};
+            setting_override(SET_CELER_CPU_Q4DEC, modes[md]);
+            run_model(name, "fast", &e, &mm, 1);
+            setting_override(SET_CELER_CPU_Q4DEC, NULL);
+            printf("  [%s] %-14s CELER_CPU_Q4DEC=%s: %.3fx %.3fx %.3fx lost %d\n", cpu_level_name(cpu_level()), name,
+                   modes[md], mm.worst[0], mm.worst[1], mm.worst[2], mm.flips);
+        }
+    }
     if (strcmp(name, sibling) != 0 && cpu_level() == cpu_level_hw()) {
         /* CELER_CPU_INT8=1 (int8 activations, off by default): measured, not held */
         margins i8 = {{0, 0, 0}, 0};

@@ -380,6 +380,12 @@ static void level_setting(void) {
           "CELER_CPU=sse9: \"%s\"", err_msg());
     backend_free(b);
     setting_override(SET_CELER_CPU, NULL);
+    setting_override(SET_CELER_CPU_Q4DEC, "int8");
+    b = backend_cpu_new(1, 64);
+    CHECK(b == NULL && strstr(err_msg(), "CELER_CPU_Q4DEC=int8: not a 4-bit decode kernel (auto, bf16 or int16)"),
+          "CELER_CPU_Q4DEC=int8: \"%s\"", err_msg());
+    backend_free(b);
+    setting_override(SET_CELER_CPU_Q4DEC, NULL);
     setting_override(SET_CELER_NO_SIMD, "1");
     CHECK(cpu_level() == CPU_GENERIC && !cpu_has_avx2(), "CELER_NO_SIMD=1: level %s", cpu_level_name(cpu_level()));
     for (int i = 0; i < NT; i++) CHECK(mm_select(&t.w, Ts[i]) == mm_portable, "CELER_NO_SIMD=1: bf16 T=%d not portable", Ts[i]);

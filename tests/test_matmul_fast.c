@@ -113,6 +113,20 @@ static double max_rel(const float *a, const float *b, const double *scale, long 
 
 static int g_qbf16; /* rounded_ref of affine weights: the bf16 rounding (weights and activations) */
 static int g_q4dot; /* rounded_ref of affine weights: exact weights on bf16 activations */
+static int g_q4w16; /* rounded_ref of affine weights: exact weights on int16 activations per 128 columns */
+
+/* x [n] on the int16 grid of each 128-column chunk (MM_FAST_Q4W16's rounding, written
+ * out here): d = max |x| / 32767, x~ = d round(x / d), the quotient taken in float
+ * and rounded to nearest even as the kernels do. */
+static void round16_ref(const float *x, long n, double *xr) {
+    for (long c = 0; c < n; c += 128) {
+        const long e = c + 128 < n ? c + 128 : n;
+        float amax = 0;
+        for (long j = c; j < e; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float inv = amax > 0 ? 32767.0f / amax : 0.0f, d = amax / 32767.0f;
+        for (long j = c; j < e; j++) xr[j] = (double)d * (double)nearbyintf(x[j] * inv);
+    }
+}
 
 /* The rounding each kind defines, computed here in double: bf16(x) for bf16 weights;
  * d_b * round(x / d_b), d_b = max|x_b| / 127 per block of 32, for the codes of affine
@@ -123,7 +137,8 @@ static void rounded_ref(const weight *w, const float *x, int T, double *out) {
     double *xr = malloc((size_t)n * sizeof(double));
     for (int t = 0; t < T; t++) {
         const float *xt = x + (long)t * n;
-        for (long b = 0; b * 32 < n; b++) {
+        if (g_q4w16) round16_ref(xt, n, xr);
+        for (long b = 0; b * 32 < n && !g_q4w16; b++) {
             double amax = 0;
             for (long j = b * 32; j < (b + 1) * 32 && j < n; j++) amax = fmax(amax, fabs(xt[j]));
             for (long j = b * 32; j < (b + 1) * 32 && j < n; j++)
@@ -145,7 +160,7 @@ static void rounded_ref(const weight *w, const float *x, int T, double *out) {
                     for (long j = g * w->group; j < (g + 1) * w->group; j++) {
                         const double q = round(((double)row[j] - bi) / sc); /* the code */
                         if (g_qbf16) s += (double)bf16_to_f32(f32_to_bf16(fmaf((float)q, sc, bi))) * xr[j];
-                        else if (g_q4dot) s += ((double)sc * q + bi) * xr[j];
+                        else if (g_q4dot || g_q4w16) s += ((double)sc * q + bi) * xr[j];
                         else s += sc * q * xr[j] + (double)bi * xt[j];
                     }
                 }
@@ -164,7 +179,8 @@ static void reference_rounds(void) {
         {WF_BF16, 37, 53, 0, 0, 9, 0}, {WF_BF16, 20, 256, 0, 0, 17, 0}, {WF_AFFINE, 37, 288, 4, 32, 3, 0},
         {WF_AFFINE, 21, 192, 8, 64, 5, 0}, {WF_AFFINE, 16, 384, 4, 128, 1, 0}, {WF_AFFINE, 37, 288, 4, 32, 9, 1},
         {WF_AFFINE, 21, 192, 8, 64, 13, 1}, {WF_AFFINE, 19, 150, 3, 50, 10, 1}, {WF_AFFINE, 37, 288, 4, 32, 1, 2},
-        {WF_AFFINE, 16, 384, 4, 128, 5, 2}};
+        {WF_AFFINE, 16, 384, 4, 128, 5, 2}, {WF_AFFINE, 37, 288, 4, 32, 1, 3}, {WF_AFFINE, 16, 384, 4, 128, 5, 3},
+        {WF_AFFINE, 21, 192, 4, 64, 8, 3}};
     for (size_t c = 0; c < sizeof cs / sizeof *cs; c++) {
         tw t = tw_random(cs[c].f, cs[c].rows, cs[c].cols, cs[c].bits, cs[c].group, SC_BF16);
         const int T = cs[c].T;
@@ -172,15 +188,17 @@ static void reference_rounds(void) {
         float *x = rnd_x((long)T * cs[c].cols), *y = malloc((size_t)n * 4), *ye = malloc((size_t)n * 4);
         double *ref = malloc((size_t)n * 8), *sc = malloc((size_t)n * 8);
         float *s = scratch_for(cs[c].cols);
-        /* q: 0 int8 activations, 1 bf16 weights and activations, 2 bf16 activations (decode) */
-        const int bf = cs[c].f == WF_BF16, qb = cs[c].q == 1, q4 = cs[c].q == 2;
+        /* q: 0 int8 activations, 1 bf16 weights and activations, 2 bf16 activations (decode),
+         * 3 int16 activations (decode) */
+        const int bf = cs[c].f == WF_BF16, qb = cs[c].q == 1, q4 = cs[c].q == 2, w16 = cs[c].q == 3;
         g_qbf16 = qb;
         g_q4dot = q4;
+        g_q4w16 = w16;
         setting_override(SET_CELER_CPU_INT8, cs[c].q ? "0" : "1");
-        void *xp = prep(&t.w, x, T, bf ? MM_PREP_BF16 : qb || q4 ? MM_PREP_ROUND : MM_PREP_Q8);
-        const int want = bf ? MM_FAST_BF16 : qb ? MM_FAST_QBF16 : q4 ? MM_FAST_Q4DOT : MM_FAST_Q8;
+        void *xp = prep(&t.w, x, T, bf ? MM_PREP_BF16 : qb || q4 ? MM_PREP_ROUND : w16 ? MM_PREP_ROUND16 : MM_PREP_Q8);
+        const int want = bf ? MM_FAST_BF16 : qb ? MM_FAST_QBF16 : q4 || w16 ? MM_FAST_Q4DOT : MM_FAST_Q8;
         CHECK(mm_fast_kind(&t.w, T) == want, "case %zu: kind %d", c, mm_fast_kind(&t.w, T));
-        (bf ? mm_fast_portable_bf16 : qb ? mm_fast_portable_qbf16 : q4 ? mm_portable : mm_fast_portable_q8)(&t.w, xp, y, T, 0, cs[c].rows, s);
+        (bf ? mm_fast_portable_bf16 : qb ? mm_fast_portable_qbf16 : q4 || w16 ? mm_portable : mm_fast_portable_q8)(&t.w, xp, y, T, 0, cs[c].rows, s);
         mm_portable(&t.w, x, ye, T, 0, cs[c].rows, s);
         rounded_ref(&t.w, x, T, ref);
         abs_dot(&t.w, x, T, sc);
@@ -190,14 +208,15 @@ static void reference_rounds(void) {
             moved = fmax(moved, fabs((double)y[i] - ye[i]) / sc[i]);
         }
         CHECK(worst < 1e-5, "case %zu: portable %s vs the rounding in double: rel %g", c, bf ? "bf16" : "q8", worst);
-        /* bf16: 2^-9 relative per activation; int8: half a step of max|x| / 127 */
-        const double bound = bf || qb || q4 ? 1.0 / 128 : 2.0 / 127;
-        CHECK(moved > 1e-4 && moved < bound, "case %zu: fast leaves exact by %g (want (1e-4, %g))", c, moved, bound);
+        /* bf16: 2^-9 relative per activation; int8: half a step of max|x| / 127; int16:
+         * half a step of max|x| / 32767 (and still far above float32's own noise) */
+        const double bound = bf || qb || q4 ? 1.0 / 128 : w16 ? 1.0 / 32767 : 2.0 / 127, floor = w16 ? 1e-6 : 1e-4;
+        CHECK(moved > floor && moved < bound, "case %zu: fast leaves exact by %g (want (%g, %g))", c, moved, floor, bound);
         free(x); free(y); free(ye); free(ref); free(sc); free(s); free(xp);
         tw_free(&t);
     }
     setting_override(SET_CELER_CPU_INT8, "1");
-    g_qbf16 = g_q4dot = 0;
+    g_qbf16 = g_q4dot = g_q4w16 = 0;
 }
 
 static int level;
@@ -215,8 +234,10 @@ static void check_fast(const weight *w, int T) {
     double *sc = malloc((size_t)T * rows * 8);
     float *s = scratch_for(cols);
     const int bf = f.kind == MM_FAST_BF16, qb = f.kind == MM_FAST_QBF16, q4 = f.kind == MM_FAST_Q4DOT;
-    void *xr = prep(w, x, T, bf ? MM_PREP_BF16 : qb || q4 ? MM_PREP_ROUND : MM_PREP_Q8), *xk = prep(w, x, T, f.prep);
-    (bf ? mm_fast_portable_bf16 : qb ? mm_fast_portable_qbf16 : q4 ? mm_portable : mm_fast_portable_q8)(w, xr, y0, T, 0, rows, s);
+    const int w16 = f.kind == MM_FAST_Q4W16;
+    void *xr = prep(w, x, T, bf ? MM_PREP_BF16 : qb || q4 ? MM_PREP_ROUND : w16 ? MM_PREP_ROUND16 : MM_PREP_Q8);
+    void *xk = prep(w, x, T, f.prep);
+    (bf ? mm_fast_portable_bf16 : qb ? mm_fast_portable_qbf16 : q4 || w16 ? mm_portable : mm_fast_portable_q8)(w, xr, y0, T, 0, rows, s);
     for (long i = 0; i < T * rows; i++) y1[i] = y2[i] = NAN;
     f.k(w, xk, y1, T, 0, rows, s);
     long a = rows < 7 ? rows : 7, b = a + (rows - a) / 3;
@@ -234,6 +255,7 @@ static void check_fast(const weight *w, int T) {
     if (level == CPU_AVX512 && bf && cpu_has_avx512_bf16()) CHECK(strstr(kn, "vdpbf16ps") != NULL, "avx512+bf16 chose \"%s\"", kn);
     if (level == CPU_AVX512 && f.kind == MM_FAST_Q8 && cpu_has_avx512_vnni()) CHECK(strstr(kn, "vpdpbusd") != NULL, "avx512+vnni chose \"%s\"", kn);
     if (q4) CHECK(strstr(kn, "q4 vdpbf16ps") != NULL, "4-bit decode under fast chose \"%s\"", kn);
+    if (w16) CHECK(strstr(kn, "q4 vpdpwssd") != NULL, "4-bit decode on int16 chose \"%s\"", kn);
     free(x); free(y0); free(y1); free(y2); free(sc); free(s); free(xr); free(xk);
 }
 
@@ -263,23 +285,35 @@ static void fast_kernels(void) {
     setting_override(SET_CELER_CPU_INT8, "0"); /* the default: prefill of any affine width through bf16 */
     check_fast(&t.w, 40);
     tw_free(&t);
-    /* 4-bit decode (T < 9, int8 off): vdpbf16ps where the level has AVX512_BF16, else
-     * exact (no fast kernel); columns off 128 and a 64-byte load past the row's end
-     * (the last row's tail chunk) */
-    const int dT[] = {1, 2, 3, 4, 5, 8};
-    for (int g = 0; g < 3; g++)
-        for (int st = 0; st < 3; st++)
-            for (int i = 0; i < 6; i++) {
-                tw u = tw_random(WF_AFFINE, 33 + 3 * i, (long)groups[g] * (g == 0 ? 9 : 3), 4, groups[g], sts[st]);
-                mm_fast f;
-                if (level >= CPU_AVX512 && cpu_has_avx512_bf16()) check_fast(&u.w, dT[i]);
-                else CHECK(!mm_fast_select_level(&u.w, dT[i], level, &f) && f.kind == MM_FAST_NONE,
-                           "%s: 4-bit decode is not exact without AVX512_BF16", cpu_level_name(level));
-                tw_free(&u);
-            }
-    tw big = tw_random(WF_AFFINE, 48, 1024, 4, 64, SC_BF16);
-    if (level >= CPU_AVX512 && cpu_has_avx512_bf16()) check_fast(&big.w, 1);
-    tw_free(&big);
+    /* 4-bit decode (T < 9, int8 off), under each CELER_CPU_Q4DEC: vdpbf16ps where the
+     * level has AVX512_BF16, vpdpwssd on int16 activations where it has AVX512_VNNI,
+     * else exact (no fast kernel); columns off 128 and a 64-byte load past the row's
+     * end (the last row's tail chunk) */
+    const int dT[] = {1, 2, 3, 4, 5, 8, 6, 7};
+    const char *modes[] = {"bf16", "int16"};
+    for (int md = 0; md < 2; md++) {
+        setting_override(SET_CELER_CPU_Q4DEC, modes[md]);
+        const int avx512 = level >= CPU_AVX512, want = !avx512 ? MM_FAST_NONE
+                                                     : md == 1 && cpu_has_avx512_vnni() ? MM_FAST_Q4W16
+                                                     : cpu_has_avx512_bf16() ? MM_FAST_Q4DOT
+                                                                             : MM_FAST_NONE;
+        for (int g = 0; g < 3; g++)
+            for (int st = 0; st < 3; st++)
+                for (int i = 0; i < 8; i++) {
+                    tw u = tw_random(WF_AFFINE, 33 + 3 * i, (long)groups[g] * (g == 0 ? 9 : 3), 4, groups[g], sts[st]);
+                    mm_fast f;
+                    const int has = mm_fast_select_level(&u.w, dT[i], level, &f);
+                    CHECK(f.kind == want && has == (want != MM_FAST_NONE), "%s, CELER_CPU_Q4DEC=%s: 4-bit decode kind %d, want %d",
+                          cpu_level_name(level), modes[md], f.kind, want);
+                    if (has) check_fast(&u.w, dT[i]);
+                    tw_free(&u);
+                }
+        tw big = tw_random(WF_AFFINE, 48, 1024, 4, 64, SC_BF16);
+        if (want != MM_FAST_NONE)
+            for (int T = 1; T <= 8; T++) check_fast(&big.w, T);
+        tw_free(&big);
+    }
+    setting_override(SET_CELER_CPU_Q4DEC, NULL);
     const int all_bits[] = {2, 3, 4, 5, 6, 8}, aT[] = {9, 16, 29, 129};
     for (int b = 0; b < 6; b++)
         for (int g = 0; g < 3; g++) {
@@ -391,11 +425,67 @@ static void backend_fast(void) {
     }
 }
 
+/* q4w16's vector prep (mm_q4w16_prep_row) puts every chunk on the same grid as the
+ * rounding's definition (mm_round16_chunk): the same steps and int16 values, in the
+ * codes' order; group sums of the rounded values. Rows with ties, zeros, a chunk of
+ * zeros, NaN and infinity (no UB; NaN rounds to 0), and a tail chunk. */
+static void round16_prep(void) {
+    if (!cpu_has_avx512_vnni()) {
+        printf("skip: round16_prep: no AVX512_VNNI (the int16 kernel does not run here)\n");
+        return;
+    }
+    const long shapes[][2] = {{384, 64}, {288, 32}, {1024, 128}};
+    for (int sh = 0; sh < 3; sh++) {
+        weight w = {0};
+        w.fmt = WF_AFFINE; w.rows = 1; w.cols = shapes[sh][0]; w.bits = 4; w.group = (int)shapes[sh][1];
+        const long n = (long)w.cols, ng = n / w.group;
+        for (int kind = 0; kind < 4; kind++) {
+            float *x = rnd_x(n);
+            if (kind == 1) for (long j = 0; j < n; j++) x[j] = (float)((j % 7) - 3) * 0.5f; /* ties at 32767/1.5 steps */
+            if (kind == 2) { for (long j = 0; j < 128 && j < n; j++) x[j] = 0; x[n - 1] = 1e30f; }
+            if (kind == 3) { x[5] = NAN; x[200] = INFINITY; x[n - 2] = -INFINITY; }
+            void *row = mem_aligned((size_t)mm_q4w16_row_bytes(&w), "row");
+            mm_q4w16_prep_row(&w, x, row);
+            const float *xsum, *d;
+            const int16_t *xq;
+            mm_q4w16_row_parts(&w, row, &xsum, &d, &xq);
+            int bad = 0;
+            for (long c = 0; c < n; c += 128) {
+                int32_t q[128];
+                const long len = n - c < 128 ? n - c : 128;
+                const float step = mm_round16_chunk(x + c, len, q);
+                bad += memcmp(&step, &d[c / 128], sizeof step) != 0;
+                for (int k = 0; k < 4; k++)
+                    for (int i = 0; i < 32; i++) bad += xq[c + 32 * k + i] != (int16_t)q[4 * i + k];
+            }
+            CHECK(bad == 0, "cols %ld group %d rows of kind %d: %d values or steps differ from mm_round16_chunk", n, w.group, kind, bad);
+            if (kind < 3) {
+                double worst = 0;
+                for (long g = 0; g < ng; g++) {
+                    double want = 0, mag = 0;
+                    for (long j = g * w.group; j < (g + 1) * w.group; j++) {
+                        int32_t q[128];
+                        const long c = j / 128 * 128;
+                        const float step = mm_round16_chunk(x + c, n - c < 128 ? n - c : 128, q);
+                        want += (double)step * q[j - c];
+                        mag += fabs((double)step * q[j - c]);
+                    }
+                    worst = fmax(worst, fabs(xsum[g] - want) / (mag + 1e-30));
+                }
+                CHECK(worst < 1e-5, "cols %ld group %d kind %d: group sums off by %g", n, w.group, kind, worst);
+            }
+            free(row);
+            free(x);
+        }
+    }
+}
+
 int main(void) {
     setting_override(SET_CELER_CPU_INT8, "1"); /* the int8 kernels are tested whatever the default */
     printf("this CPU runs up to: %s (bf16 %d, vnni %d)\n", cpu_level_name(cpu_level_hw()), cpu_has_avx512_bf16(),
            cpu_has_avx512_vnni());
     RUN(reference_rounds);
+    RUN(round16_prep);
     all_levels();
     RUN(packed_identical);
     RUN(pack_budget);

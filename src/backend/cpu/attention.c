@@ -137,15 +137,17 @@ static void dec_parts(const dec_job *j, int s, float **o, float **m, float **l) 
     *l = *m + rows;
 }
 
-static void dec_task(void *ctx, int task, int n_tasks) {
-    const dec_job *j = ctx;
+/* Split `s` of `splits` of one decode job. */
+static void dec_split(const dec_job *j, int s, int splits) {
     long lo, hi;
-    pool_range(j->tiles, task, n_tasks, 1, &lo, &hi);
+    pool_range(j->tiles, s, splits, 1, &lo, &hi);
     float *o, *m, *l;
-    dec_parts(j, task, &o, &m, &l);
+    dec_parts(j, s, &o, &m, &l);
     const long r_hi = hi * 16 < j->kv->n ? hi * 16 : j->kv->n;
     attn_decode_avx512(j->q, j->qpos, j->T, j->kv, j->p, (int)(lo * 16), (int)r_hi, o, m, l);
 }
+
+static void dec_task(void *ctx, int task, int n_tasks) { dec_split(ctx, task, n_tasks); }
 
 /* out row = (sum_s e^(m_s - M) o_s) / (sum_s e^(m_s - M) l_s + e^(sink - M)), M the
  * largest of the m_s and the sink; a row that saw no key (and no sink) gets zeros. */
@@ -233,10 +235,86 @@ void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const
     pool_run(c->pool, tasks, attn_task, &j);
 }
 
+/* A decode step of n sequences at the avx512 level (one query row each): one pool run
+ * for the whole layer, a task per (sequence, key range), instead of a pool run per
+ * sequence (8 sequences of ~100 keys on 2 threads: 9.7 of a 64 ms step went to 224
+ * pool runs of tiny tasks; docs/benchmarks/cpu-batched.md). Sequence i gets
+ * splits[i] ranges: one while the step has a few tasks per thread anyway, more for
+ * long caches, as attention_decode splits one. */
+typedef struct {
+    dec_job *jobs;
+    int n;
+    const int *first; /* [n + 1]: sequence i's tasks are first[i] .. first[i + 1] - 1 */
+} dec_batch;
+
+static void dec_batch_task(void *ctx, int task, int n_tasks) {
+    (void)n_tasks;
+    const dec_batch *b = ctx;
+    int i = 0;
+    while (b->first[i + 1] <= task) i++;
+    dec_split(&b->jobs[i], task - b->first[i], b->first[i + 1] - b->first[i]);
+}
+
+/* 1 when it ran; 0 when a buffer could not grow (the caller goes per sequence). */
+static int attention_decode_batch(cpu_backend *c, const float *q, const int32_t *qpos, int n, const attn_kv *kvs,
+                                  const attn_params *p, float *out) {
+    const long qd = (long)p->n_heads * p->head_dim, rows = p->n_heads;
+    long total_tiles = 0;
+    for (int i = 0; i < n; i++) total_tiles += kvs[i].k && kvs[i].n > 0 ? (kvs[i].n + 15) / 16 : 0;
+    const long want = (long)c->n_threads * ATTN_DEC_SPLITS_PER_THREAD; /* tasks the step should have */
+    const size_t job_bytes = (sizeof(dec_job) + sizeof(int)) * (size_t)(n + 1);
+    if (n + 1 > c->attn_jobs_cap) {
+        void *nj = malloc(job_bytes);
+        if (!nj) return 0;
+        free(c->attn_jobs);
+        c->attn_jobs = nj;
+        c->attn_jobs_cap = n + 1;
+    }
+    dec_job *jobs = c->attn_jobs;
+    int *first = (int *)(jobs + n + 1);
+    long floats = 0;
+    first[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const long tiles = kvs[i].k && kvs[i].n > 0 ? (kvs[i].n + 15) / 16 : 0;
+        /* this sequence's share of the wanted tasks, in ranges of 8 tiles at least */
+        long splits = total_tiles > 0 ? (want * tiles + total_tiles - 1) / total_tiles : 0;
+        if (splits > tiles / 8) splits = tiles / 8;
+        if (splits > ATTN_DEC_MAX_SPLITS) splits = ATTN_DEC_MAX_SPLITS;
+        if (splits < 1) splits = tiles > 0;
+        first[i + 1] = first[i] + (int)splits;
+        jobs[i] = (dec_job){q + i * qd, qpos + i, 1, &kvs[i], p, (int)splits, tiles, NULL,
+                            splits == 1 ? 2 * rows : rows * (p->head_dim + 2), out + i * qd};
+        floats += splits * jobs[i].per;
+    }
+    if (floats > c->attn_part_floats) {
+        float *np = mem_aligned(sizeof(float) * (size_t)floats, "decode attention state");
+        if (!np) return 0;
+        free(c->attn_part);
+        c->attn_part = np;
+        c->attn_part_floats = floats;
+    }
+    float *part = c->attn_part;
+    for (int i = 0; i < n; i++) {
+        jobs[i].part = part;
+        part += (long)jobs[i].splits * jobs[i].per;
+    }
+    dec_batch b = {jobs, n, first};
+    if (first[n] > 0) pool_run(c->pool, first[n], dec_batch_task, &b);
+    for (int i = 0; i < n; i++) {
+        if (jobs[i].splits > 0) dec_merge(&jobs[i]);
+        else memset(out + i * qd, 0, (size_t)qd * sizeof(float)); /* no keys */
+    }
+    return 1;
+}
+
 void cpu_attention_batch(backend *b, const float *q, const int32_t *qpos, int n, const attn_kv *kvs, int max_keys,
                          int dtype, const attn_params *p, float *out) {
     (void)max_keys;
     (void)dtype; /* float32: the CPU's only cache type */
+    cpu_backend *c = b->impl;
+    if (cpu_level() >= CPU_AVX512 && p->head_dim % 16 == 0 && p->head_dim <= ATTN_MAX_HD &&
+        attention_decode_batch(c, q, qpos, n, kvs, p, out))
+        return;
     const long qd = (long)p->n_heads * p->head_dim;
     for (int i = 0; i < n; i++) {
         if (!kvs[i].k || kvs[i].n <= 0) {

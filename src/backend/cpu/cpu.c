@@ -284,6 +284,7 @@ static void cpu_destroy(backend *b) {
         free(c->scratch);
         free(c->xprep);
         free(c->attn_part);
+        free(c->attn_jobs);
         free(c);
     }
     free(b);

@@ -18,6 +18,8 @@ typedef struct {
     long pack_budget;      /* bytes weights may still pack (pack.c); -1 until the first */
     float *attn_part;      /* decode attention's per-split softmax state (attention.c), grown on demand */
     long attn_part_floats;
+    void *attn_jobs;       /* a batched decode step's per-sequence jobs (attention.c), grown on demand */
+    int attn_jobs_cap;
 } cpu_backend;
 
 /* Rows the portable kernel dequantizes at once. */
@@ -105,8 +107,13 @@ const uint32_t *mm_bf16_panel(const weight *w, long r, uint32_t *own);
  * rounding (mm_fast_kind) runs on prepared activations: cpu_matmul prepares x once
  * (mm_fast_prep_rows, all threads) into a buffer of mm_fast_prep_bytes, then runs
  * the kernel with that buffer as its x (an mm_kernel whose x is the prepared rows). */
-enum { MM_FAST_NONE = 0, MM_FAST_BF16 = 1, MM_FAST_Q8 = 2, MM_FAST_QBF16 = 3, MM_FAST_Q4DOT = 4 };
-enum { MM_PREP_NONE = 0, MM_PREP_ROUND = 1, MM_PREP_BF16 = 2, MM_PREP_Q8 = 3, MM_PREP_Q4DOT = 4 };
+/* MM_FAST_Q4DOT is the 4-bit decode shape (mm_fast_kind); mm_fast_select_level turns
+ * it into MM_FAST_Q4W16 where that level runs the int16 kernel (mm_q4_decode_int16). */
+enum { MM_FAST_NONE = 0, MM_FAST_BF16 = 1, MM_FAST_Q8 = 2, MM_FAST_QBF16 = 3, MM_FAST_Q4DOT = 4, MM_FAST_Q4W16 = 5 };
+/* MM_PREP_ROUND16: float rows on each 128-column chunk's int16 grid (mm_round16_chunk),
+ * the portable reference's input for MM_FAST_Q4W16. */
+enum { MM_PREP_NONE = 0, MM_PREP_ROUND = 1, MM_PREP_BF16 = 2, MM_PREP_Q8 = 3, MM_PREP_Q4DOT = 4, MM_PREP_Q4W16 = 5,
+       MM_PREP_ROUND16 = 6 };
 /* bf16 weights round their activations from this T on (prefill; decode is bound by
  * reading the weights, which rounding does not change). */
 #define MM_FAST_MIN_T 9
@@ -139,6 +146,18 @@ mm_kernel mm_fast_select_avx512dot(const weight *w, int T, int kind);
  * bytes, and row x [cols] into out. */
 long mm_q4dot_row_bytes(const weight *w);
 void mm_q4dot_prep_row(const weight *w, const float *x, void *out);
+/* The int16 rounding of MM_FAST_Q4W16 (fast.c): x [len <= 128] onto the grid of its
+ * largest |value|, q [128] = round(x / d) (zero past len); returns d. */
+float mm_round16_chunk(const float *x, long len, int32_t q[128]);
+/* 1 where 4-bit decode products under fast take int16 activations at the avx512
+ * level (CELER_CPU_Q4DEC; auto: AVX512_VNNI, and vdpbf16ps absent or measured at under
+ * 2/3 of vpdpwssd's rate; q4w16_avx512dot.c), else 0. */
+int mm_q4_decode_int16(void);
+/* q4w16's prepared row (MM_PREP_Q4W16; layout in q4w16_avx512dot.c). */
+long mm_q4w16_row_bytes(const weight *w);
+void mm_q4w16_row_parts(const weight *w, const void *row, const float **xsum, const float **d, const int16_t **xq);
+void mm_q4w16(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
+void mm_q4w16_prep_row(const weight *w, const float *x, void *out);
 const char *mm_kernel_name_avx512dot(mm_kernel k);
 
 /* The float32 FMA peak of `level` (<= cpu_level_hw()) with n_threads threads at

@@ -87,6 +87,9 @@ int cpu_level(void) {
 
 int cpu_level_check(void) {
     int r = requested(), hw = caps().level;
+    const char *q4 = setting_str(SET_CELER_CPU_Q4DEC);
+    if (q4 && strcmp(q4, "auto") != 0 && strcmp(q4, "bf16") != 0 && strcmp(q4, "int16") != 0)
+        return err_set("CELER_CPU_Q4DEC=%s: not a 4-bit decode kernel (auto, bf16 or int16)", q4);
     if (r == -2)
         return err_set("CELER_CPU=%s: not a CPU kernel level (generic, avx2 or avx512)", setting_str(SET_CELER_CPU));
     if (r > hw)
@@ -96,9 +99,12 @@ int cpu_level_check(void) {
 }
 
 const char *celer_cpu_kernels(void) {
-    static char buf[4][32]; /* one per level and feature set: callers may keep the pointer */
-    int l = cpu_level(), i = l == CPU_AVX512 ? 3 : l;
-    snprintf(buf[i], sizeof buf[i], "%s%s%s", names[l], cpu_has_avx512_bf16() ? " +bf16" : "",
-             cpu_has_avx512_vnni() ? " +vnni" : "");
+    static char buf[6][48]; /* one per level, feature set and 4-bit decode kernel: callers may keep the pointer */
+    int l = cpu_level(), i = l == CPU_AVX512 ? 3 + (cpu_has_avx512_bf16() || cpu_has_avx512_vnni()) + mm_q4_decode_int16() : l;
+    const char *q4 = l < CPU_AVX512 || !(cpu_has_avx512_bf16() || cpu_has_avx512_vnni()) ? ""
+                     : mm_q4_decode_int16()                                              ? ", fast 4-bit decode: int16"
+                                                                                         : ", fast 4-bit decode: bf16";
+    snprintf(buf[i], sizeof buf[i], "%s%s%s%s", names[l], cpu_has_avx512_bf16() ? " +bf16" : "",
+             cpu_has_avx512_vnni() ? " +vnni" : "", q4);
     return buf[i];
 }

@@ -119,6 +119,8 @@ long mm_fast_prep_bytes(const weight *w, int T, int prep) {
     case MM_PREP_BF16: return (long)T * (((long)w->cols + 1) & ~1L) * 2;
     case MM_PREP_Q8: return (long)T * mm_q8_row_bytes(w);
     case MM_PREP_Q4DOT: return (long)T * mm_q4dot_row_bytes(w);
+    case MM_PREP_Q4W16: return (long)T * mm_q4w16_row_bytes(w);
+    case MM_PREP_ROUND16: return (long)T * (long)w->cols * 4;
     }
     return 0;
 }
@@ -137,10 +139,32 @@ void mm_fast_prep_rows(const weight *w, const float *x, int t0, int t1, int prep
             if (np > n) o[n] = 0;
         } else if (prep == MM_PREP_Q4DOT) {
             mm_q4dot_prep_row(w, xt, (uint8_t *)out + (long)t * mm_q4dot_row_bytes(w));
+        } else if (prep == MM_PREP_Q4W16) {
+            mm_q4w16_prep_row(w, xt, (uint8_t *)out + (long)t * mm_q4w16_row_bytes(w));
+        } else if (prep == MM_PREP_ROUND16) {
+            float *o = (float *)out + (long)t * n;
+            for (long c = 0; c < n; c += 128) {
+                int32_t q[128];
+                const long len = n - c < 128 ? n - c : 128;
+                const float d = mm_round16_chunk(xt + c, len, q);
+                for (long j = 0; j < len; j++) o[c + j] = d * (float)q[j];
+            }
         } else {
             q8_prep_row(w, xt, (uint8_t *)out + (long)t * mm_q8_row_bytes(w));
         }
     }
+}
+
+float mm_round16_chunk(const float *x, long len, int32_t q[128]) {
+    float amax = 0;
+    for (long j = 0; j < len; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float inv = amax > 0 && amax <= 3.4e38f ? 32767.0f / amax : 0.0f; /* inf: all zero */
+    for (long j = 0; j < 128; j++) {
+        float v = j < len ? x[j] * inv : 0.0f;
+        v = (v + 12582912.0f) - 12582912.0f; /* round to nearest even: 1.5 x 2^23 */
+        q[j] = v > 32767.0f ? 32767 : v < -32767.0f ? -32767 : v == v ? (int32_t)v : 0; /* NaN: 0, no UB */
+    }
+    return amax / 32767.0f;
 }
 
 /* ---- the portable kernels of each rounding ------------------------------------ */
@@ -246,8 +270,12 @@ int mm_fast_select_level(const weight *w, int T, int level, mm_fast *f) {
     f->prep = MM_PREP_NONE;
     f->k = NULL;
     if (kind == MM_FAST_NONE) return 0;
-    if (level >= CPU_AVX512 && (f->k = mm_fast_select_avx512dot(w, T, kind))) {
-        f->prep = kind == MM_FAST_Q8 ? MM_PREP_Q8 : kind == MM_FAST_Q4DOT ? MM_PREP_Q4DOT : MM_PREP_BF16;
+    if (kind == MM_FAST_Q4DOT && level >= CPU_AVX512 && mm_q4_decode_int16()) f->kind = MM_FAST_Q4W16;
+    if (level >= CPU_AVX512 && (f->k = mm_fast_select_avx512dot(w, T, f->kind))) {
+        f->prep = f->kind == MM_FAST_Q8      ? MM_PREP_Q8
+                  : f->kind == MM_FAST_Q4DOT ? MM_PREP_Q4DOT
+                  : f->kind == MM_FAST_Q4W16 ? MM_PREP_Q4W16
+                                             : MM_PREP_BF16;
         return 1;
     }
     if (kind == MM_FAST_Q4DOT) { /* only vdpbf16ps makes it faster: elsewhere exact */

@@ -21,6 +21,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/panel512.h"
+#include "backend/cpu/q4codes512.h"
 #include "backend/cpu/scales512.h"
 #include "tensor/dtype.h"
 
@@ -279,12 +280,9 @@ static void q8_vnni(const weight *w, const float *x, float *y, int T, long r0, l
  *   D_g = sum_j (128 + q_j) x~_j,   X_g = sum_j x~_j,
  *   y = sum_g s_g D_g + sum_g (b_g - 128 s_g) X_g = sum_j (s_g q_j + b_g) x~_j:
  * the exact weights against the rounded activations.
- * Layout: 64 code bytes (128 codes) load as 32 words, word i holding codes 4i..4i+3
- * of the chunk in its four nibbles; nibble k of every word, or'ed with 0x4300, is a
- * vector of 32 bf16 values (a shift and a ternary-logic op, no shuffles). So the
- * activations are reordered once per call to match: per 128-column chunk, four
- * runs of 32, run k holding columns 4i + k. A 32-bit lane L of any of the four
- * vectors covers columns [8L, 8L + 8) of the chunk, inside one group (8 | group),
+ * The codes are read as q4codes512.h lays them out (nibble k of every word of a
+ * 64-byte load, or'ed with 0x4300, is a vector of 32 bf16 values: a shift and a
+ * ternary-logic op, no shuffles); each 32-bit lane stays inside one group (8 | group)
  * and is scaled by that group's scale (a permute of the 16 scales in hand). */
 
 /* x~ [n] (bf16) into o [ceil(n / 128) * 128] in the chunk order above, zero past n. */
@@ -294,33 +292,7 @@ static void q4dot_order(const uint16_t *x, long n, uint16_t *o) {
             for (int i = 0; i < 32; i++) o[c + 32 * k + i] = c + 4 * i + k < n ? x[c + 4 * i + k] : 0;
 }
 
-/* Bytes ahead of the code load that q4dot asks for: with the hardware prefetcher
- * alone the codes arrived late (one token's products on 2 threads: 9.5-11.3 ms; 2 KiB
- * ahead 8.7-10.5, 4 KiB 8.0-9.8; 8 and 16 KiB, tried on one loaded core only, no
- * better; 2026-12-02, docs/benchmarks/cpu-core.md) */
-#define Q4_PF 4096
 #define Q4_BLOCK 64 /* weight rows a pass of q4dot takes before the next 4 rows of x */
-/* What every q4dot pass keeps in registers: the group size's shift and the chunk
- * lanes' first columns (for each lane's group), the nibble mask and bf16 128. */
-typedef struct {
-    __m128i gshift;
-    __m512i lane8, lo4, b128;
-} q4k;
-
-INLINE q4k q4k_of(const weight *w) {
-    q4k k;
-    k.gshift = _mm_cvtsi32_si128(__builtin_ctzl((unsigned long)w->group));
-    k.lane8 = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
-    k.lo4 = _mm512_set1_epi16(0x000f);
-    k.b128 = _mm512_set1_epi16(0x4300);
-    return k;
-}
-
-/* The 64 code bytes of the chunk at column c of a row of n columns (zero past n). */
-INLINE __m512i q4_load(const uint8_t *row, long c, long n) {
-    const long left = (n - c) / 2;
-    return left >= 64 ? _mm512_loadu_si512(row + c / 2) : _mm512_maskz_loadu_epi8(((__mmask64)1 << left) - 1, row + c / 2);
-}
 
 /* The chunk's 128 codes as four vectors of bf16 128 + q (nibble k of every word). */
 INLINE void q4_unpack(const q4k *k, __m512i v, __m512i q[4]) {
@@ -328,11 +300,6 @@ INLINE void q4_unpack(const q4k *k, __m512i v, __m512i q[4]) {
     q[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), k->lo4, k->b128, 0xea);
     q[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 8), k->lo4, k->b128, 0xea);
     q[3] = _mm512_or_si512(_mm512_srli_epi16(v, 12), k->b128);
-}
-
-/* Each lane's group within the 16 groups from g0, for the chunk at column c. */
-INLINE __m512i q4_lane_groups(const q4k *k, long c, long g0, long G) {
-    return _mm512_srl_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)(c - g0 * G)), k->lane8), k->gshift);
 }
 
 /* nt <= 4 activation rows xo (q4dot_order) with their group sums xsum[t] [ng]. */
@@ -351,7 +318,7 @@ INLINE void q4dot_nt(const weight *w, const uint16_t *const *xo, const float *co
         UNROLL
         for (int t = 0; t < nt; t++) a0[t] = a1[t] = a2[t] = _mm512_setzero_ps();
         for (long g0 = 0; g0 < ng; g0 += 16) {
-            const __mmask16 gm = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1);
+            const __mmask16 gm = q4_group_mask(ng, g0);
             const __m512 sv = scale16(w->scales, w->stype, r * ng + g0, gm);
             const __m512 cv = _mm512_fnmadd_ps(_mm512_set1_ps(128.0f), sv, scale16(w->biases, w->stype, r * ng + g0, gm));
             UNROLL
@@ -404,7 +371,7 @@ INLINE void q4dot_streams(const weight *w, const uint16_t *xo, const float *xsum
             a0[k] = a1[k] = a2[k] = _mm512_setzero_ps();
         }
         for (long g0 = 0; g0 < ng; g0 += 16) {
-            const __mmask16 gm = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1);
+            const __mmask16 gm = q4_group_mask(ng, g0);
             const __m512 xs = _mm512_maskz_loadu_ps(gm, xsum + g0);
             __m512 sv[Q4_STREAMS];
             UNROLL
@@ -465,7 +432,7 @@ INLINE void q4dot_pair_nt(const weight *w, const uint16_t *const *xo, const floa
         UNROLL
         for (int t = 0; t < nt; t++) aa[t] = ab[t] = _mm512_setzero_ps();
         for (long g0 = 0; g0 < ng; g0 += 16) {
-            const __mmask16 gm = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1);
+            const __mmask16 gm = q4_group_mask(ng, g0);
             const __m512 sva = scale16(w->scales, w->stype, r * ng + g0, gm);
             const __m512 svb = scale16(w->scales, w->stype, r2 * ng + g0, gm);
             const __m512 cva = _mm512_fnmadd_ps(_mm512_set1_ps(128.0f), sva, scale16(w->biases, w->stype, r * ng + g0, gm));
@@ -588,6 +555,7 @@ mm_kernel mm_fast_select_avx512dot(const weight *w, int T, int kind) {
     if (kind == MM_FAST_QBF16 && cpu_has_avx512_bf16()) return gemm_affine_bf16dp;
     if (kind == MM_FAST_Q8 && cpu_has_avx512_vnni()) return q8_vnni;
     if (kind == MM_FAST_Q4DOT && cpu_has_avx512_bf16()) return q4dot;
+    if (kind == MM_FAST_Q4W16 && cpu_has_avx512_vnni()) return mm_q4w16;
     return NULL;
 }
 
@@ -596,5 +564,6 @@ const char *mm_kernel_name_avx512dot(mm_kernel k) {
     if (k == q8_vnni) return "avx512 q8 vpdpbusd (fast)";
     if (k == gemm_affine_bf16dp) return "avx512 gemm affine->bf16 vdpbf16ps 12x32 (fast)";
     if (k == q4dot) return "avx512 gemv q4 vdpbf16ps (fast)";
+    if (k == mm_q4w16) return "avx512 gemv q4 vpdpwssd int16 (fast)";
     return NULL;
 }
