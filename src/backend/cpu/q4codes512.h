@@ -17,7 +17,9 @@
  * prefetcher alone the codes arrived late (one token's products on 2 threads: 9.5-11.3
  * ms; 2 KiB ahead 8.7-10.5, 4 KiB 8.0-9.8; 8 and 16 KiB, tried on one loaded core only,
  * no better; 2026-12-02, docs/benchmarks/cpu-core.md) */
+#ifndef Q4_PF
 #define Q4_PF 4096
+#endif
 
 /* What every pass keeps in registers: the group size's shift and the chunk lanes'
  * first columns (for each lane's group), the nibble mask and bf16 128. */

@@ -158,7 +158,7 @@ INLINE void w16_rows(const weight *w, const uint8_t *xp, long xs, float *y, int 
                 for (int t = 0; t < NT; t++) {
                     const float *d = (const float *)(const void *)(xp + (long)(t0 + t) * xs) + ngp;
                     const int16_t *xq = (const int16_t *)(d + nchp) + c;
-                    __m512i is = _mm512_dpwssd_epi32(_mm512_setzero_si512(), q[0], _mm512_loadu_si512(xq));
+                    __m512i is = _mm512_madd_epi16(q[0], _mm512_loadu_si512(xq)); /* no zeroed register to copy first */
                     is = _mm512_dpwssd_epi32(is, q[1], _mm512_loadu_si512(xq + 32));
                     is = _mm512_dpwssd_epi32(is, q[2], _mm512_loadu_si512(xq + 64));
                     is = _mm512_dpwssd_epi32(is, q[3], _mm512_loadu_si512(xq + 96));
