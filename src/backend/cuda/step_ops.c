@@ -250,6 +250,12 @@ static int stage_q8x2(cuda_backend *c, const step_op *e, const step_op *next, cu
     return 1;
 }
 
+/* 1 when float ranges a [na] and b [nb] do not overlap. */
+static int floats_apart(const float *a, long na, const float *b, long nb) {
+    const uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return pa + (uintptr_t)na * sizeof(float) <= pb || pb + (uintptr_t)nb * sizeof(float) <= pa;
+}
+
 static void run_op_now(cuda_backend *c, const step_op *e, const step_op *next, const char *vals) {
     cudaStream_t st = c->stream;
     c->op_seq++; /* the staged activations stay valid only from one product to the next */
@@ -289,8 +295,7 @@ static void run_op_now(cuda_backend *c, const step_op *e, const step_op *next, c
                               cuk_gemm_y2_elems(T, wrows ? wrows : w->rows) ? c->y2.p : NULL,
                               c->self->fast ? 1 + staged : 0, st));
             /* y must not overlap x for the staging to stay valid (never so in the forward) */
-            const uintptr_t ya = (uintptr_t)e->u.matmul.y, xa = (uintptr_t)x;
-            const int apart = ya + (uintptr_t)T * (uintptr_t)w->rows * sizeof(float) <= xa || xa + (uintptr_t)n * sizeof(float) <= ya;
+            const int apart = floats_apart(e->u.matmul.y, (long)T * w->rows, x, n);
             c->xbf_src = c->self->fast && !c->failed && apart ? x : NULL;
             c->xbf_n = n;
             c->xbf_seq = c->op_seq;
@@ -422,8 +427,7 @@ static int run_matvec_glu(cuda_backend *c, const step_op *e, const step_op *g, c
     if (a->T != T || a->g != e->u.matmul.y || a->u != a->g + n || a->ldg != 2 * n || a->ldu != 2 * n || w->rows != 2 * n)
         return 0;
     if (!cuk_matvec_glu_ok(w, T, a->act) || skinny_ok(w, T) || !gemm_ok(w, T)) return 0;
-    const uintptr_t ya = (uintptr_t)a->y, xa = (uintptr_t)e->u.matmul.x;
-    if (!(ya + (uintptr_t)T * n * sizeof(float) <= xa || xa + (uintptr_t)T * w->cols * sizeof(float) <= ya)) return 0;
+    if (!floats_apart(a->y, (long)T * n, e->u.matmul.x, (long)T * w->cols)) return 0;
     if (stage_q8x2(c, g, after, c->stream, 1) || stage_ahead(c, g, c->stream, 1)) return 0;
     c->op_seq += 2;
     RUN(cuk_matvec_glu(w, e->u.matmul.x, a->y, T, a->act, c->stream));
