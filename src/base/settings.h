@@ -52,6 +52,7 @@
     X(CUK_SAMPLE_ONEBLOCK, FLAG, "0", "1: the GPU sampler uses one block at every vocabulary size")                \
     X(CUK_ATTN_NO_MMA, FLAG, "0", "1: GPU prefill over a bf16 KV cache uses the CUDA-core kernels, not flash attention on tensor cores") \
     X(CUK_ATTN_MMA_MIN_KEYS, INT, "256", "one-query GPU attention over a bf16 KV cache of at most this many keys (its bucket) uses the CUDA-core kernel, not flash attention") \
+    X(CUK_FLASH_DECODE, FLAG, "1", "0: GPU attention rows that fit one 16-row tile (decode) over a bf16 cache past CUK_ATTN_MMA_MIN_KEYS keys take the 64-row flash tile instead of the lean flash-decoding kernel (A/B runs)") \
     X(CUK_ATTN_PER_QUERY, FLAG, "0", "1: GPU prefill attention uses the per-query kernel instead of tiles")         \
     X(CUK_ATTN_WARPS, INT, "0", "0: auto (8 for grids under two blocks an SM, else 4); 4, 8 or 16 forces the GPU decode attention's warps a block") \
     X(CELER_FUZZ_WIRE, FLAG, "0", "1: fuzz_server_request also sends inputs over a socket to a live server")       \

@@ -789,14 +789,16 @@ static void attention(void) {
     /* flash attention (bf16 cache): a chunk appended to a long context, GQA 4, rows
      * and keys off the 64 tiles; head dims 64-256; from here one query over a short
      * cache too (above, bf16 caches of at most CUK_ATTN_MMA_MIN_KEYS keys took the
-     * CUDA-core kernel for one query) */
+     * CUDA-core kernel for one query); decode rows through the 64-row tile first
+     * (CUK_FLASH_DECODE's default sends them to the lean kernel below) */
     setting_override(SET_CUK_ATTN_MMA_MIN_KEYS, "0");
+    cuk_flash_decode_set(0);
     check_attention_t(1, 700, 128, 8, 2, 0, 0, 0, 1);
     check_attention_t(1, 1, 64, 4, 2, 0, 0, 1, 1);
     check_attention(130, 1500, 128, 32, 8, 0, 0, 0);
     check_attention(77, 77, 64, 16, 2, 0, 0, 1);
     check_attention(65, 600, 256, 8, 2, 100, 30.f, 1);
-    /* the lean flash-decoding kernel (cuk_flash_decode_set(1)): rows that fit one 16-row tile
+    /* the lean flash-decoding kernel (cuk_flash_decode_set(1), the default): rows that fit one 16-row tile
      * (T x G <= 16), each head dim, one split and many (20,000 keys: two passes per
      * warp), windows, softcap, sinks, keys off the 32-key warp slices */
     cuk_flash_decode_set(1);
@@ -807,7 +809,7 @@ static void attention(void) {
     check_attention_t(1, 20000, 128, 4, 4, 0, 0, 0, 1);
     check_attention_t(2, 4096, 96, 16, 2, 0, 0, 0, 1);
     check_attention_t(1, 333, 192, 12, 4, 0, 20.f, 1, 1);
-    cuk_flash_decode_set(0);
+    cuk_flash_decode_set(-1); /* back to CUK_FLASH_DECODE */
     setting_override(SET_CUK_ATTN_MMA_MIN_KEYS, NULL);
 }
 

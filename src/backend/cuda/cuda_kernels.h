@@ -154,7 +154,8 @@ int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_k
                         const attn_params *p, float *out, float *work, int *splits, cuk_stream s);
 size_t cuk_flash_work(int T, int n_heads, int head_dim, int n_keys);
 /* 1: rows that fit one 16-row tile (T x n_heads / n_kv <= 16: decode) take the lean
- * flash-decoding kernel (kernel_flash_decode); 0 (the default): the 64-row kernel. */
+ * flash-decoding kernel (kernel_flash_decode); 0: the 64-row kernel; -1: as
+ * CUK_FLASH_DECODE says (the default, on). Tests only. */
 void cuk_flash_decode_set(int on);
 /* The count that stands for n_keys's split count (>= n_keys below 16,384 keys). */
 int cuk_attention_bucket(int n_keys);

@@ -625,9 +625,9 @@ static int flash(const float *q, const int32_t *qpos, int T, const attn_kv *kv, 
     return cuk_check("flash attention");
 }
 
-static int fd_on; /* cuk_flash_decode_set */
+static int fd_on = -1; /* cuk_flash_decode_set (-1: CUK_FLASH_DECODE) */
 
-extern "C" void cuk_flash_decode_set(int on) { fd_on = on; }
+extern "C" void cuk_flash_decode_set(int on) { fd_on = on < 0 ? -1 : on != 0; }
 
 template <int HD>
 static int flash_decode(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const cuk_kv_dyn *dyn,
@@ -659,10 +659,12 @@ extern "C" int cuk_flash_attention(const float *q, const int32_t *qpos, int T, c
     if (sp > 1 && !work) return 1;
     *splits = 1; /* merged here */
     int r;
-    /* every row in one m16 tile: the lean decode kernel, when switched on
-     * (cuk_flash_decode_set; off by default: faster alone, 20.5 against 29.3 us over 4,096
-     * keys, but the one end-to-end A/B that had it on lost ~0.38 ms a token, not yet
-     * explained: docs/benchmarks/cuda.md) */
+    /* every row in one m16 tile: the lean decode kernel (CUK_FLASH_DECODE, on by
+     * default since the twenty-first session: alone, 20.5 against 29.3 us over 4,096
+     * keys; end to end, llama3-8b bf16 tg128 at depth 4,096 209-211 -> 221 tok/s, its q4
+     * +8.5%, qwen3-0.6b +18%, no change at depth 0; the sixteenth session's A/B that
+     * lost had decode staging on with it: docs/benchmarks/cuda.md) */
+    if (fd_on < 0) fd_on = setting_flag(SET_CUK_FLASH_DECODE);
     if ((long)T * (p->n_heads / p->n_kv) <= 16 && fd_on) {
         switch (p->head_dim) {
         case 64: r = flash_decode<64>(q, qpos, T, kv, dyn, p, out, work, sp, s); break;
