@@ -157,13 +157,14 @@ static void run_batch(const acase *c, const int *lens, int nseq, int level) {
     int max_keys = 0;
     for (int i = 0; i < nseq; i++) {
         const int n = lens[i];
-        float *k = malloc((size_t)(n ? n : 1) * row * 4), *v = malloc((size_t)(n ? n : 1) * row * 4);
+        /* an empty cache has no rows at all (k NULL, as a session before its first token) */
+        float *k = n ? malloc((size_t)n * row * 4) : NULL, *v = malloc((size_t)(n ? n : 1) * row * 4);
         int32_t *pos = malloc((size_t)(n ? n : 1) * 4);
         for (long j = 0; j < n * row; j++) { k[j] = (float)rnd(); v[j] = (float)rnd(); }
         for (int r = 0; r < n; r++) pos[r] = r;
         for (long j = 0; j < qd; j++) q[i * qd + j] = (float)(2 * rnd());
         qpos[i] = n; /* the token after the cache, as decode */
-        kvs[i] = (attn_kv){n ? k : NULL, v, pos, n, row, KVT_F32, 0, NULL};
+        kvs[i] = (attn_kv){k, v, pos, n, row, KVT_F32, 0, NULL};
         acase one = *c;
         one.T = 1;
         one.n = n;
