@@ -4,11 +4,12 @@
  * the multiply-adds (q.k and p.v over the visible keys) per second and their ratio
  * to the level's FMA peak, and the KV bytes read per second (K and V of every row
  * once: what decode is bound by).
- *   bench_attn [-T 512] [-d 0] [-H 16] [-G 8] [-D 128] [-r 5] [-t 1] [-p 0]
+ *   bench_attn [-T 512] [-d 0] [-H 16] [-G 8] [-D 128] [-r 5] [-t 1] [-p 0] [-k f32|bf16]
  * -t 1 (the default) is timed by the thread's CPU time (meaningful on a loaded
  * machine); -t N > 1 runs on N threads and is timed by the wall clock (quiet
  * machines only). -p 1 reads the cache through a paged view (blocks of 64 rows in
- * reverse order, as a pool hands them out). Decode at depth 4,096:
+ * reverse order, as a pool hands them out). -k bf16 keeps the cache in bf16 (half
+ * the bytes; the rows are the same random values rounded). Decode at depth 4,096:
  *   bench_attn -T 1 -d 4096 -r 21
  * CELER_CPU=generic|avx2|avx512 picks the kernel level. */
 #include <stdint.h>
@@ -19,6 +20,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "base/mem.h"
+#include "tensor/dtype.h"
 
 static double cpu_now(void) {
     struct timespec ts;
@@ -38,10 +40,16 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    int T = 512, depth = 0, H = 16, G = 8, D = 128, reps = 5, threads = 1, paged = 0;
+    int T = 512, depth = 0, H = 16, G = 8, D = 128, reps = 5, threads = 1, paged = 0, dtype = KVT_F32;
     for (int i = 1; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "-T")) T = v;
+        if (!strcmp(argv[i], "-k")) {
+            if (strcmp(argv[i + 1], "f32") && strcmp(argv[i + 1], "bf16")) {
+                fprintf(stderr, "bench_attn: -k wants f32 or bf16, got '%s'\n", argv[i + 1]);
+                return 2;
+            }
+            dtype = strcmp(argv[i + 1], "bf16") ? KVT_F32 : KVT_BF16;
+        } else if (!strcmp(argv[i], "-T")) T = v;
         else if (!strcmp(argv[i], "-d")) depth = v;
         else if (!strcmp(argv[i], "-H")) H = v;
         else if (!strcmp(argv[i], "-G")) G = v;
@@ -72,7 +80,9 @@ int main(int argc, char **argv) {
     for (long i = 0; i < rows; i++) pos[i] = 0;
     for (int r = 0; r < n; r++) pos[paged ? (long)blocks[r / 64] * 64 + r % 64 : r] = r;
     for (int t = 0; t < T; t++) qpos[t] = depth + t;
-    attn_kv kv = {k, v, pos, n, (long)G * D, KVT_F32, paged ? 64 : 0, paged ? blocks : NULL};
+    if (dtype == KVT_BF16) /* in place: the first half of each buffer becomes its bf16 rows */
+        for (long i = 0; i < rows * G * D; i++) ((uint16_t *)k)[i] = f32_to_bf16(k[i]), ((uint16_t *)v)[i] = f32_to_bf16(v[i]);
+    attn_kv kv = {k, v, pos, n, (long)G * D, dtype, paged ? 64 : 0, paged ? blocks : NULL};
     attn_params p = {H, G, D, 0.0883883f, 0, 0, NULL};
     double t[99];
     for (int r = 0; r < reps; r++) {
@@ -82,10 +92,10 @@ int main(int argc, char **argv) {
     }
     qsort(t, (size_t)reps, sizeof *t, cmp);
     const double macs = 2.0 * H * D * ((double)T * depth + (double)T * (T + 1) / 2); /* q.k and p.v */
-    const double peak = cpu_fma_peak(cpu_level(), threads), kvb = 2.0 * n * G * D * sizeof(float);
-    printf("attention T=%d depth=%d heads %d/%d dim %d%s, level %s: %.3f ms, %.1f GFLOP/s = %.0f%% of the %.0f GFLOP/s "
+    const double peak = cpu_fma_peak(cpu_level(), threads), kvb = 2.0 * n * G * D * kv_dtype_size(dtype);
+    printf("attention T=%d depth=%d heads %d/%d dim %d%s %s, level %s: %.3f ms, %.1f GFLOP/s = %.0f%% of the %.0f GFLOP/s "
            "FMA peak, KV read %.1f GB/s (%d thread%s, %s time)\n",
-           T, depth, H, G, D, paged ? " paged" : "", cpu_level_name(cpu_level()), t[reps / 2] * 1e3,
+           T, depth, H, G, D, paged ? " paged" : "", dtype == KVT_BF16 ? "bf16" : "f32", cpu_level_name(cpu_level()), t[reps / 2] * 1e3,
            2 * macs / t[reps / 2] * 1e-9, 100 * 2 * macs / t[reps / 2] * 1e-9 / peak, peak, kvb / t[reps / 2] * 1e-9,
            threads, threads > 1 ? "s" : "", threads > 1 ? "wall" : "thread CPU");
     backend_free(b);

@@ -58,9 +58,19 @@ if [ $rc = 2 ] && grep -q "unknown flag '--precision'" <<<"$out"; then ok "token
 out=$(CELER_PRECISION=slow "$C" generate --device cpu --tokens 1,2 -n 1 2>&1); rc=$?
 if [ $rc != 0 ] && grep -q "CELER_PRECISION (or --precision) wants fast or exact, got 'slow'" <<<"$out"; then ok "CELER_PRECISION=slow: $out"
 else bad "CELER_PRECISION=slow ($rc): $out"; fi
-out=$(CELER_KV_DTYPE=bf16 "$C" generate --device cpu --tokens 1,2 -n 1 2>&1); rc=$?
-if [ $rc != 0 ] && grep -q "CELER_KV_DTYPE=bf16: the CPU backend keeps a float32 KV cache" <<<"$out"; then ok "CELER_KV_DTYPE=bf16 on the CPU: $out"
+# a bf16 cache on the CPU: asked for, or chosen by --precision fast; inspect reports
+# its bytes (half of f32's)
+out=$(CELER_KV_DTYPE=bf16 "$C" generate --device cpu --tokens 0,301,359 -n 5 2>&1); rc=$?
+if [ $rc = 0 ] && [[ "$out" =~ ^[0-9]+(,[0-9]+){4}$ ]]; then ok "CELER_KV_DTYPE=bf16 on the CPU: $out"
 else bad "CELER_KV_DTYPE=bf16 on the CPU ($rc): $out"; fi
+f32kv=$("$C" inspect | grep '^kv per token:' | awk '{print $4}')
+for how in "CELER_KV_DTYPE=bf16" "CELER_PRECISION=fast"; do
+  bfkv=$(env $how "$C" inspect | grep '^kv per token:' | awk '{print $4}')
+  if [ -n "$f32kv" ] && [ "$bfkv" = $((f32kv / 2)) ]; then ok "inspect under $how: $bfkv kv bytes a token (f32: $f32kv)"
+  else bad "inspect under $how: '$bfkv' kv bytes a token (f32: '$f32kv')"; fi
+done
+if CELER_PRECISION=exact "$C" inspect | grep -q "^kv as bf16: .* the cache type of fast precision"; then ok "inspect names the bf16 alternative"
+else bad "inspect under exact: no 'kv as bf16' line"; fi
 out=$(CELER_KV_DTYPE=f8 "$C" generate --device cpu --tokens 1,2 -n 1 2>&1); rc=$?
 if [ $rc != 0 ] && grep -q "CELER_KV_DTYPE wants auto, f32 or bf16, got 'f8'" <<<"$out"; then ok "CELER_KV_DTYPE=f8: $out"
 else bad "CELER_KV_DTYPE=f8 ($rc): $out"; fi

@@ -7,7 +7,9 @@
  * split over 2 and 3 threads); each case also
  * through a paged view (attn_kv.blocks: the rows scattered over blocks of 64 in
  * shuffled order, the unused blocks filled with NaN so a wrong lookup shows); and decode
- * steps of several sequences (attention_batch) with caches of different lengths. */
+ * steps of several sequences (attention_batch) with caches of different lengths.
+ * Every case runs over float32 rows and over bf16 rows (the reference then computed
+ * on the rounded values: widening is exact, so the tolerance is the same). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include "backend/cpu/cpu.h"
 #include "base/settings.h"
 #include "harness.h"
+#include "tensor/dtype.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static double rnd(void) { /* [-1, 1) */
@@ -61,7 +64,28 @@ static void reference(const acase *c, const float *q, const int32_t *qpos, const
     free(s);
 }
 
-static void run_case(const acase *c, int level) {
+/* n elements of x in a cache's element type (bf16: x must already hold bf16 values) */
+static void *as_dtype(const float *x, long n, int dtype) {
+    if (dtype == KVT_F32) {
+        float *o = malloc((size_t)(n ? n : 1) * 4);
+        memcpy(o, x, (size_t)n * 4);
+        return o;
+    }
+    uint16_t *o = malloc((size_t)(n ? n : 1) * 2);
+    for (long i = 0; i < n; i++) o[i] = f32_to_bf16(x[i]);
+    return o;
+}
+
+/* x rounded to bf16 values in place */
+static void round_bf16(float *x, long n) {
+    for (long i = 0; i < n; i++) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
+static const char *const dtype_names[] = {"f32", "bf16"};
+
+/* One case for one cache element type: the reference is computed on the rows as the
+ * cache holds them (bf16: the rounded values, widened exactly). */
+static void run_case_dtype(const acase *c, int level, int dtype) {
     long row = (long)c->kv * c->hd + 8; /* padded rows, as a cache view may have */
     float *k = malloc((size_t)c->n * row * 4), *v = malloc((size_t)c->n * row * 4);
     float *q = malloc((size_t)c->T * c->heads * c->hd * 4), *out = malloc((size_t)c->T * c->heads * c->hd * 4);
@@ -69,6 +93,10 @@ static void run_case(const acase *c, int level) {
     int32_t *pos = malloc((size_t)c->n * 4), *qpos = malloc((size_t)c->T * 4);
     float sinks[64];
     for (long i = 0; i < c->n * row; i++) { k[i] = (float)rnd(); v[i] = (float)rnd(); }
+    if (dtype == KVT_BF16) {
+        round_bf16(k, c->n * row);
+        round_bf16(v, c->n * row);
+    }
     for (long i = 0; i < (long)c->T * c->heads * c->hd; i++) q[i] = (float)(2 * rnd());
     /* positions 0, 2, 4, ... shuffled over the rows; queries at the last positions
      * (some keys lie in their future) */
@@ -79,7 +107,9 @@ static void run_case(const acase *c, int level) {
     }
     for (int t = 0; t < c->T; t++) qpos[t] = 2 * c->n - c->T - 5 + t;
     for (int h = 0; h < c->heads; h++) sinks[h] = (float)rnd();
-    attn_kv kv = {k, v, pos, c->n, row, KVT_F32, 0, NULL};
+    attn_kv fkv = {k, v, pos, c->n, row, KVT_F32, 0, NULL}; /* the reference's */
+    void *ck = as_dtype(k, c->n * row, dtype), *cv = as_dtype(v, c->n * row, dtype);
+    attn_kv kv = {ck, cv, pos, c->n, row, dtype, 0, NULL};
     /* the paged copy: block b of the view is block blk[b] of a pool of nb + 3 blocks */
     enum { BR = 64 };
     int nb = (c->n + BR - 1) / BR, pool_blocks = nb + 3;
@@ -94,9 +124,10 @@ static void run_case(const acase *c, int level) {
         memcpy(pv + x * row, v + (long)r * row, (size_t)row * 4);
         ppos[x] = pos[r];
     }
-    attn_kv pkv = {pk, pv, ppos, c->n, row, KVT_F32, BR, blk};
+    void *cpk = as_dtype(pk, (long)pool_blocks * BR * row, dtype), *cpv = as_dtype(pv, (long)pool_blocks * BR * row, dtype);
+    attn_kv pkv = {cpk, cpv, ppos, c->n, row, dtype, BR, blk};
     attn_params p = {c->heads, c->kv, c->hd, 1.0f / sqrtf((float)c->hd), c->window, c->softcap, c->sinks ? sinks : NULL};
-    reference(c, q, qpos, &kv, &p, ref);
+    reference(c, q, qpos, &fkv, &p, ref);
     static const char *const names[] = {"generic", "avx2", "avx512"};
     setting_override(SET_CELER_CPU, names[level]);
     for (int threads = 2; threads <= 3; threads++) {
@@ -110,15 +141,20 @@ static void run_case(const acase *c, int level) {
                 double e = fabs(out[i] - ref[i]);
                 if (!(e <= worst)) worst = e;
             }
-            CHECK(worst < 2e-5, "%s%s, %d threads: heads %d/%d hd %d T %d n %d window %d softcap %g sinks %d: max err %g",
-                  names[level], paged ? " paged" : "", threads, c->heads, c->kv, c->hd, c->T, c->n, c->window, c->softcap,
-                  c->sinks, worst);
+            CHECK(worst < 2e-5, "%s %s%s, %d threads: heads %d/%d hd %d T %d n %d window %d softcap %g sinks %d: max err %g",
+                  names[level], dtype_names[dtype], paged ? " paged" : "", threads, c->heads, c->kv, c->hd, c->T, c->n,
+                  c->window, c->softcap, c->sinks, worst);
         }
         backend_free(b);
     }
     setting_override(SET_CELER_CPU, NULL);
     free(k); free(v); free(q); free(out); free(ref); free(pos); free(qpos);
-    free(pk); free(pv); free(ppos); free(blk);
+    free(pk); free(pv); free(ppos); free(blk); free(ck); free(cv); free(cpk); free(cpv);
+}
+
+static void run_case(const acase *c, int level) {
+    run_case_dtype(c, level, KVT_F32);
+    run_case_dtype(c, level, KVT_BF16);
 }
 
 static const acase cases[] = {
@@ -145,7 +181,7 @@ static const acase cases[] = {
 
 /* A decode step of several sequences (attention_batch: one query row each, caches of
  * different lengths, an empty one among them) against the reference of each alone. */
-static void run_batch(const acase *c, const int *lens, int nseq, int level) {
+static void run_batch(const acase *c, const int *lens, int nseq, int level, int dtype) {
     const long row = (long)c->kv * c->hd + 8, qd = (long)c->heads * c->hd;
     float *q = malloc((size_t)nseq * qd * 4), *out = malloc((size_t)nseq * qd * 4);
     double *ref = malloc((size_t)nseq * qd * sizeof *ref);
@@ -161,14 +197,21 @@ static void run_batch(const acase *c, const int *lens, int nseq, int level) {
         float *k = n ? malloc((size_t)n * row * 4) : NULL, *v = malloc((size_t)(n ? n : 1) * row * 4);
         int32_t *pos = malloc((size_t)(n ? n : 1) * 4);
         for (long j = 0; j < n * row; j++) { k[j] = (float)rnd(); v[j] = (float)rnd(); }
+        if (dtype == KVT_BF16) {
+            round_bf16(k, n * row);
+            round_bf16(v, n * row);
+        }
         for (int r = 0; r < n; r++) pos[r] = r;
         for (long j = 0; j < qd; j++) q[i * qd + j] = (float)(2 * rnd());
         qpos[i] = n; /* the token after the cache, as decode */
-        kvs[i] = (attn_kv){k, v, pos, n, row, KVT_F32, 0, NULL};
+        const attn_kv fkv = {k, v, pos, n, row, KVT_F32, 0, NULL};
         acase one = *c;
         one.T = 1;
         one.n = n;
-        reference(&one, q + i * qd, qpos + i, &kvs[i], &p, ref + i * qd);
+        reference(&one, q + i * qd, qpos + i, &fkv, &p, ref + i * qd);
+        kvs[i] = (attn_kv){n ? as_dtype(k, n * row, dtype) : NULL, as_dtype(v, n * row, dtype), pos, n, row, dtype, 0, NULL};
+        free(k);
+        free(v);
         if (n > max_keys) max_keys = n;
     }
     static const char *const names[] = {"generic", "avx2", "avx512"};
@@ -178,15 +221,15 @@ static void run_batch(const acase *c, const int *lens, int nseq, int level) {
         CHECK(b != NULL, "backend");
         if (!b) continue;
         for (long j = 0; j < nseq * qd; j++) out[j] = NAN;
-        b->ops->attention_batch(b, q, qpos, nseq, kvs, max_keys, KVT_F32, &p, out);
+        b->ops->attention_batch(b, q, qpos, nseq, kvs, max_keys, dtype, &p, out);
         for (int i = 0; i < nseq; i++) {
             double worst = 0;
             for (long j = 0; j < qd; j++) {
                 double e = fabs(out[i * qd + j] - ref[i * qd + j]);
                 if (!(e <= worst)) worst = e;
             }
-            CHECK(worst < 2e-5, "%s batch of %d, %d threads: sequence %d (%d keys) heads %d/%d hd %d window %d softcap %g sinks %d: max err %g",
-                  names[level], nseq, threads, i, lens[i], c->heads, c->kv, c->hd, c->window, c->softcap, c->sinks, worst);
+            CHECK(worst < 2e-5, "%s %s batch of %d, %d threads: sequence %d (%d keys) heads %d/%d hd %d window %d softcap %g sinks %d: max err %g",
+                  names[level], dtype_names[dtype], nseq, threads, i, lens[i], c->heads, c->kv, c->hd, c->window, c->softcap, c->sinks, worst);
         }
         backend_free(b);
     }
@@ -204,10 +247,12 @@ static void attention_batches(void) {
     const int mixed[] = {96, 0, 1, 17, 300, 1000, 64, 5};
     const int short8[] = {70, 71, 72, 90, 65, 100, 80, 75};
     const acase qwen = {16, 8, 128, 1, 0, 0, 0, 0}, sink = {8, 2, 64, 1, 0, 20, 30.0f, 1};
-    run_batch(&qwen, mixed, 8, level);
-    run_batch(&qwen, short8, 8, level);
-    run_batch(&sink, mixed, 8, level);
-    run_batch(&qwen, mixed + 4, 1, level);
+    for (int dt = KVT_F32; dt <= KVT_BF16; dt++) {
+        run_batch(&qwen, mixed, 8, level, dt);
+        run_batch(&qwen, short8, 8, level, dt);
+        run_batch(&sink, mixed, 8, level, dt);
+        run_batch(&qwen, mixed + 4, 1, level, dt);
+    }
 }
 
 int main(void) {

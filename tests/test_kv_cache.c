@@ -2,14 +2,17 @@
  * view holds after warmup, wraps, `keep`, and chunked writes that cross the window;
  * snapshots before and after a wrap; copy-on-write counters; the copying path
  * (inplace = 0) giving the same slots bit for bit; truncation; and a check that the
- * sharing tests fail when the ownership rule is switched off. Rows carry their
- * position in every value, so a view can be checked row by row. */
+ * sharing tests fail when the ownership rule is switched off; and host caches of
+ * bf16 rows (rounded once on write, widened exactly on read, half the bytes copied).
+ * Rows carry their position in every value, so a view can be checked row by row. */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 
 #include "base/err.h"
 #include "harness.h"
 #include "kv/cache.h"
+#include "tensor/dtype.h"
 
 #define NKV 2
 #define HD 4
@@ -603,6 +606,104 @@ static void sane_catches_corruption(void) {
     CHECK(kv_rotating_new(NKV, HD, 1, 0, 10, 1) == NULL, "window 1 accepted");
 }
 
+/* ---- bf16 rows in host memory ----------------------------------------------------- */
+
+/* A row value that bf16 cannot hold exactly: a position-dependent value plus a
+ * fraction below bf16's step, and every 7th an exact tie (rounds to even). */
+static float odd_value(int32_t p, int i) {
+    const float base = (float)(1 + (p * ROW + i) % 97) / 8.0f;
+    return (p + i) % 7 == 0 ? base + base * ldexpf(1, -8) /* half a bf16 step: a tie */
+                            : base + base * ldexpf(1, -11) * (float)(1 + i % 5);
+}
+
+static void odd_rows(int32_t p0, int T, float *k, float *v, int32_t *pos) {
+    for (int t = 0; t < T; t++) {
+        pos[t] = p0 + t;
+        for (int i = 0; i < ROW; i++) {
+            k[t * ROW + i] = odd_value(p0 + t, i);
+            v[t * ROW + i] = -odd_value(p0 + t, i + 3);
+        }
+    }
+}
+
+/* Problems with a bf16 view of positions [0, hi]: every stored element the nearest-even
+ * rounding of its row's value, and kv_rows_to_host its exact widening. */
+static int bf16_view_problems(const kv_cache *c, int32_t lo, int32_t hi) {
+    attn_kv a;
+    kv_view(c, &a);
+    int bad = a.dtype != KVT_BF16 || a.n != hi - lo + 1;
+    float *hk, *hv;
+    int32_t *hp;
+    if (kv_rows_to_host(c, &hk, &hv, &hp) != 0) return bad + 1;
+    for (int s = 0; s < a.n; s++) {
+        const long x = attn_kv_row(&a, s);
+        const int32_t p = a.pos[x];
+        bad += p < lo || p > hi || hp[s] != p;
+        for (int i = 0; i < ROW; i++) {
+            const uint16_t ks = ((const uint16_t *)a.k)[x * a.row_stride + i], vs = ((const uint16_t *)a.v)[x * a.row_stride + i];
+            bad += ks != f32_to_bf16(odd_value(p, i)) || vs != f32_to_bf16(-odd_value(p, i + 3));
+            bad += hk[(long)s * ROW + i] != bf16_to_f32(ks) || hv[(long)s * ROW + i] != bf16_to_f32(vs);
+        }
+    }
+    free(hk);
+    free(hv);
+    free(hp);
+    return bad + !kv_sane(c);
+}
+
+static int odd_append(kv_cache *c, int32_t p0, int T) {
+    float *k = malloc(sizeof(float) * ROW * (size_t)T), *v = malloc(sizeof(float) * ROW * (size_t)T);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
+    odd_rows(p0, T, k, v, pos);
+    int rc = kv_append(c, k, v, pos, T);
+    free(k);
+    free(v);
+    free(pos);
+    return rc;
+}
+
+static void host_bf16_rows(void) {
+    /* the values round: bf16 of value != value for most elements */
+    int inexact = 0;
+    for (int i = 0; i < ROW; i++) inexact += bf16_to_f32(f32_to_bf16(odd_value(3, i))) != odd_value(3, i);
+    CHECK(inexact > ROW / 2, "test values: only %d of %d round", inexact, ROW);
+    kv_stats st = {0}, branch = {0};
+    kv_cache *c = kv_dense_new(NKV, HD, 1000, 70);
+    c->stats = &st;
+    c->inplace = 1;
+    c->dtype = KVT_BF16;
+    CHECK(odd_append(c, 0, 70) == 0 && odd_append(c, 70, 1) == 0, "bf16 appends: %s", err_msg());
+    CHECK(bf16_view_problems(c, 0, 70) == 0, "bf16 dense view after 71 rows");
+    CHECK(kv_view_bytes(c) == 71 * (ROW * 2 * 2 + sizeof(int32_t)), "bf16 view bytes %zu", kv_view_bytes(c));
+    /* a branch from a snapshot copies its first block on write: bf16 bytes */
+    kv_cache *snap = kv_share(c, 0, NULL), *b = kv_share(snap, 16, &branch);
+    b->inplace = 1;
+    CHECK(kv_truncate(b, 10) == 0 && odd_append(b, 10, 1) == 0, "branch write: %s", err_msg());
+    CHECK(branch.cow_copies == 1 && branch.copied_bytes == 10 * (ROW * 2 * 2 + sizeof(int32_t)),
+          "branch copied %llu bytes in %llu copies, want 10 bf16 rows", (unsigned long long)branch.copied_bytes,
+          (unsigned long long)branch.cow_copies);
+    CHECK(bf16_view_problems(b, 0, 10) == 0 && bf16_view_problems(c, 0, 70) == 0, "branch and live views");
+    /* set_rows rounds as append does */
+    float k[5 * ROW], v[5 * ROW];
+    int32_t pos[5];
+    odd_rows(0, 5, k, v, pos);
+    kv_cache *d = kv_dense_new(NKV, HD, 100, 8);
+    d->dtype = KVT_BF16;
+    CHECK(kv_set_rows(d, k, v, pos, 5) == 0 && bf16_view_problems(d, 0, 4) == 0, "bf16 set_rows: %s", err_msg());
+    /* a rotating cache wraps over bf16 rows */
+    kv_cache *r = kv_rotating_new(NKV, HD, 8, 0, 1000, 4);
+    r->dtype = KVT_BF16;
+    r->inplace = 1;
+    int ok = 1;
+    for (int p = 0; p < 30; p++) ok &= odd_append(r, p, 1) == 0;
+    CHECK(ok && bf16_view_problems(r, 30 - 8, 29) == 0, "bf16 rotating view after a wrap: %s", err_msg());
+    kv_free(r);
+    kv_free(d);
+    kv_free(b);
+    kv_free(snap);
+    kv_free(c);
+}
+
 int main(void) {
     RUN(dense_chunks_and_growth);
     RUN(dense_decode_allocates_nothing);
@@ -621,5 +722,6 @@ int main(void) {
     RUN(truncate_rules);
     RUN(trim_after_session_ends);
     RUN(sane_catches_corruption);
+    RUN(host_bf16_rows);
     return harness_done();
 }

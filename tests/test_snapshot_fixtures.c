@@ -7,8 +7,10 @@
  * copy nothing; Llama/Qwen3 and the sliding-window families (Gemma 3/4, gpt-oss,
  * EXAONE 4, whose rings wrap before the branch point). Llama also runs with an artificial sliding window (a rotating
  * cache compared with a dense one under the same mask), and bad cache files and
- * impossible rewinds must fail cleanly (including 300 fuzzed cache files). */
+ * impossible rewinds must fail cleanly (including 300 fuzzed cache files); and a bf16
+ * cache on the CPU branches and saves without changing a bit. */
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/settings.h"
@@ -366,10 +368,72 @@ static void bad_cache_files(void) {
     fx_close(&b);
 }
 
+/* ---- a bf16 cache on the CPU ------------------------------------------------------------- */
+
+/* Under CELER_KV_DTYPE=bf16 (a dense and a sliding-window family): a snapshot branch,
+ * a cache file and a fresh session give the same logits bit for bit (rows are rounded
+ * once when written; the file holds them widened, exactly, and loading rounds them
+ * back to the same bits), and the file records kv_dtype bf16. Accuracy against the
+ * fixtures is test_cpu_precision's (fast precision keeps this cache). */
+static void bf16_branch_and_file(const char *name) {
+    setting_override(SET_CELER_KV_DTYPE, "bf16");
+    fx f;
+    int ok = fx_open(&f, name) == 0;
+    setting_override(SET_CELER_KV_DTYPE, NULL);
+    if (!ok) return;
+    const fixture_ref *r = &f.r;
+    const int B = r->branch, V = r->vocab, n = r->len[1] - B;
+    const int ctx = r->len[0] > r->len[1] ? r->len[0] : r->len[1];
+    celer_model_info in;
+    celer_model_get_info(f.m, &in);
+    CHECK(strcmp(in.kv_dtype, "bf16") == 0, "%s: the cache is %s under CELER_KV_DTYPE=bf16", name, in.kv_dtype);
+    float *fresh = malloc((size_t)n * V * sizeof(float)), *branched = malloc((size_t)n * V * sizeof(float)),
+          *loaded = malloc((size_t)n * V * sizeof(float));
+    celer_session *a = celer_session_new(f.m, ctx, 7);
+    CHECK(celer_session_eval(a, r->seq[1], B, NULL, 0) == 0 && celer_session_eval(a, r->seq[1] + B, n, fresh, 1) == 0,
+          "%s: seq_b: %s", name, celer_last_error());
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/celer-test-%d-%s-bf16.kv", (int)getpid(), name);
+    celer_session *s = celer_session_new(f.m, ctx, 7);
+    CHECK(celer_session_eval(s, r->seq[0], B, NULL, 0) == 0, "%s: prefill", name);
+    celer_snapshot *snap = celer_session_snapshot(s);
+    CHECK(celer_session_save_cache(s, path) == 0, "%s: save: %s", name, celer_last_error());
+    CHECK(celer_session_eval(s, r->seq[0] + B, r->len[0] - B, NULL, 0) == 0, "%s: seq_a", name);
+    CHECK(celer_session_restore(s, snap) == 0 && celer_session_eval(s, r->seq[1] + B, n, branched, 1) == 0,
+          "%s: restore and seq_b: %s", name, celer_last_error());
+    CHECK(memcmp(fresh, branched, (size_t)n * V * sizeof(float)) == 0, "%s: bf16 cache: the branch differs (max %g)", name,
+          max_diff(fresh, branched, (long)n * V));
+    celer_session *t = celer_session_new(f.m, ctx, 7);
+    CHECK(celer_session_load_cache(t, path) == 0 && celer_session_eval(t, r->seq[1] + B, n, loaded, 1) == 0,
+          "%s: load and seq_b: %s", name, celer_last_error());
+    CHECK(memcmp(fresh, loaded, (size_t)n * V * sizeof(float)) == 0, "%s: bf16 cache: the loaded file differs (max %g)",
+          name, max_diff(fresh, loaded, (long)n * V));
+    FILE *file = fopen(path, "rb");
+    char head[4096] = {0};
+    size_t got = file ? fread(head, 1, sizeof head - 1, file) : 0;
+    if (file) fclose(file);
+    const char *kd = got ? memmem(head, got, "kv_dtype", 8) : NULL;
+    CHECK(kd && memmem(kd, 24, "bf16", 4), "%s: the file does not record kv_dtype bf16", name);
+    celer_snapshot_free(snap);
+    celer_session_free(t);
+    celer_session_free(s);
+    celer_session_free(a);
+    free(fresh);
+    free(branched);
+    free(loaded);
+    remove(path);
+    fx_close(&f);
+}
+
+static void bf16_llama(void) { bf16_branch_and_file("llama"); }
+static void bf16_gemma3(void) { bf16_branch_and_file("gemma3"); }
+
 int main(void) {
     fixture_select_exact(); /* the 5e-2 tolerance is the exact precision's */
     FIXTURE_CASES(check_model, 20); /* the twenty families and formats this file was written with */
     RUN(llama_window);
     RUN(bad_cache_files);
+    RUN(bf16_llama);
+    RUN(bf16_gemma3);
     return harness_done();
 }

@@ -44,7 +44,7 @@
     X(CELER_TP_RANK_OFFSET, INT, "0", "--tp-rank-offset R: the global rank of this process's first GPU (several hosts)") \
     X(CELER_TP_WORLD, INT, "0", "--tp-world W: ranks over all hosts (0: --tp, one host)")  \
     X(CELER_SYNTH_FILL, FLAG, "0", "1: a GPU fills every weight with random values instead of reading the checkpoint (bench --synth)") \
-    X(CELER_KV_DTYPE, STR, "auto", "auto, f32 or bf16: KV cache element type (auto: bf16 with fast GPU precision, else f32)") \
+    X(CELER_KV_DTYPE, STR, "auto", "auto, f32 or bf16: KV cache element type (auto: bf16 with fast precision, else f32)") \
     X(CUK_GEMM_BF16X1, FLAG, "0", "1: GPU bf16 GEMMs use one bf16 term instead of two (faster, less exact)")       \
     X(CUK_QGEMM, FLAG, "1", "0: GPU prefill products of quantized weights dequantize to bf16 for cuBLAS instead of the fused kernel") \
     X(CUK_QGEMM_MAX_T, INT, "128", "the most activation rows a GPU product of quantized weights runs with the fused dequantizing kernel (more: dequantize to bf16 for cuBLAS)") \

@@ -184,11 +184,12 @@ int cmd_inspect(int argc, char **argv) {
     snprintf(key, sizeof key, "kv at %d:", kv.ctx);
     printf("%-15s %" PRIu64 " bytes (%s): dense %" PRIu64 ", rotating %" PRIu64 "\n", key, kv_total,
            cli_fmt_bytes(kv_total, b1, sizeof b1), kv.dense_bytes, kv.rotating_bytes);
-    /* inspect opens the model on the CPU (f32 cache); a GPU's fast precision keeps a
-     * bf16 cache (CELER_KV_DTYPE, docs/kv-cache.md): the same rows at half the bytes */
+    /* inspect opens the model on the CPU, whose exact precision (its default) keeps an
+     * f32 cache; fast precision, the GPU's default, keeps a bf16 cache (CELER_KV_DTYPE,
+     * docs/kv-cache.md): the same rows at half the bytes */
     if (strcmp(in.kv_dtype, "f32") == 0)
-        printf("kv as bf16:     %" PRIu64 " bytes (%s) at %d: the GPU's default cache type\n", kv_total / 2,
-               cli_fmt_bytes(kv_total / 2, b1, sizeof b1), kv.ctx);
+        printf("kv as bf16:     %" PRIu64 " bytes (%s) at %d: the cache type of fast precision (the GPU's default)\n",
+               kv_total / 2, cli_fmt_bytes(kv_total / 2, b1, sizeof b1), kv.ctx);
     uint64_t need = w.file_bytes + kv_total;
     if (!mem) avail = mem_available();
     if (!mem && !avail) {

@@ -66,8 +66,8 @@ kv_cache *engine_cache_new(const model *m0, int i, kv_kind kind, int ctx, int ma
     const layer_plan *p = &m->plan[l];
     kv_cache *c = kind == KV_ROTATING ? kv_rotating_new(p->n_kv, p->head_dim, p->window, 0, ctx, max_T)
                                       : kv_dense_new(p->n_kv, p->head_dim, ctx, max_T);
-    if (c && m->be->ops->on_device) {
-        c->dev = m->be;
+    if (c) {
+        if (m->be->ops->on_device) c->dev = m->be;
         c->dtype = m->kv_dtype;
     }
     return c;

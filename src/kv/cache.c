@@ -4,7 +4,8 @@
  * holder's view first (see the ownership rule in kv/cache.h). A host buffer is a
  * block table over the pool (kv/pool.h): its copy shares the blocks by reference,
  * and a block is copied only when a write touches it while another table holds it.
- * A device buffer is still one contiguous allocation.
+ * A device buffer does the same over its GPU's pool. Rows are float32 or bf16
+ * (kv_buf.dtype): copies move bytes, writes from float32 rows round to bf16.
  *
  * Sections: counters; buffers (reserve, commit, copy); write planning; append;
  * truncate; inspection. */
@@ -138,7 +139,7 @@ static kv_buf *buf_new(kv_cache *c, int reserve) {
     kv_buf *b = calloc(1, sizeof *b);
     if (!b) { err_set("kv cache: out of memory creating a buffer"); return NULL; }
     b->row = c->row;
-    b->dtype = dev ? c->dtype : KVT_F32;
+    b->dtype = c->dtype;
     b->reserve = reserve;
     b->dev = dev;
     atomic_init(&b->refs, 1);
@@ -235,6 +236,12 @@ static int put_rows(kv_buf *b, int s, const float *k, const float *v, const int3
         if (b->dev) {
             b->dev->ops->put_rows(b->dev, b->cls->k, b->cls->v, b->cls->dpos, b->row, (int)slot_index(b, s), k, v, pos, r,
                                   b->dtype);
+        } else if (b->dtype == KVT_BF16) { /* rounded to nearest even, as the device's put_rows */
+            uint16_t *kd = (uint16_t *)k_at(b, s), *vd = (uint16_t *)v_at(b, s);
+            for (long i = 0; i < (long)r * b->row; i++) {
+                kd[i] = f32_to_bf16(k[i]);
+                vd[i] = f32_to_bf16(v[i]);
+            }
         } else {
             memcpy(k_at(b, s), k, rows_bytes(b, r));
             memcpy(v_at(b, s), v, rows_bytes(b, r));
@@ -700,8 +707,17 @@ int kv_rows_to_host(const kv_cache *c, float **k, float **v, int32_t **pos) {
     for (int s = 0; s < c->n; s++) (*pos)[s] = *pos_at(c->buf, s);
     if (!c->buf->dev) {
         for (int s = 0; s < c->n; s++) {
-            memcpy(*k + (long)s * c->row, k_at(c->buf, s), (size_t)c->row * sizeof(float));
-            memcpy(*v + (long)s * c->row, v_at(c->buf, s), (size_t)c->row * sizeof(float));
+            float *dk = *k + (long)s * c->row, *dv = *v + (long)s * c->row;
+            if (c->buf->dtype == KVT_BF16) {
+                const uint16_t *sk = (const uint16_t *)k_at(c->buf, s), *sv = (const uint16_t *)v_at(c->buf, s);
+                for (long i = 0; i < c->row; i++) {
+                    dk[i] = bf16_to_f32(sk[i]);
+                    dv[i] = bf16_to_f32(sv[i]);
+                }
+            } else {
+                memcpy(dk, k_at(c->buf, s), (size_t)c->row * sizeof(float));
+                memcpy(dv, v_at(c->buf, s), (size_t)c->row * sizeof(float));
+            }
         }
         return 0;
     }

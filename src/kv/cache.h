@@ -1,7 +1,8 @@
 /* kv/cache.h: per-layer KV caches (dense and rotating) over reference-counted row
  * buffers. A cache owns nothing but a reference to its buffer and its view of it:
  * slots [0, n) of the buffer, each a row of keys and values ([n_kv, head_dim],
- * float32, or bf16 in device memory when the cache's dtype says so) with the absolute position it was computed at. Attention reads
+ * float32, or bf16 when the cache's dtype says so) with the absolute position it was
+ * computed at. Attention reads
  * those slots in place through kv_view; slot order is irrelevant to it (it masks by
  * position), which is what lets a rotating cache overwrite its oldest slot.
  *
@@ -66,7 +67,7 @@ typedef struct {
     atomic_int cap;          /* slots committed (a multiple of KV_BLOCK) */
     int reserve;             /* slots the table has entries for */
     long row;                /* elements per row: n_kv * head_dim */
-    int dtype;               /* kv_dtype of k and v (KVT_BF16 only in device memory) */
+    int dtype;               /* kv_dtype of k and v */
     backend *dev;            /* NULL: host memory; else that device's memory */
     kv_pclass *cls;          /* the pool class holding the rows */
     int32_t *table;          /* [ceil(reserve / KV_BLOCK)] block ids, the first cap / KV_BLOCK held */
@@ -77,7 +78,7 @@ typedef struct {
     kv_kind kind;
     int n_kv, head_dim;
     long row;        /* elements per row: n_kv * head_dim */
-    int dtype;       /* kv_dtype of the rows (KVT_F32 unless set, with dev, before the first write) */
+    int dtype;       /* kv_dtype of the rows (KVT_F32 unless set before the first write) */
     int max;         /* dense: rows it may hold (the context limit) */
     int window;      /* rotating: W, keys a query may see (itself included) */
     int keep;        /* rotating: the first `keep` rows written are never dropped */

@@ -4,8 +4,9 @@
  * once to bf16 into one-term tensor-core products and keeps a bf16 KV cache; exact
  * splits activations into two bf16 terms and keeps a float32 cache. On the CPU exact
  * is the default; fast (asked for) rounds the activations of prefill bf16 products to
- * bf16 and of 4/8-bit products to per-block int8 (backend/cpu/fast.c) and keeps the
- * float32 cache: its attention reads float32 (docs/cpu-kernels.md "Precision").
+ * bf16 and of 4/8-bit products to per-block int8 or int16 (backend/cpu/fast.c) and
+ * keeps a bf16 cache too (half the bytes a decode step's attention reads;
+ * docs/cpu-kernels.md "Precision").
  * Mixture-of-experts models take the exact arithmetic whatever is asked (measured:
  * see below). */
 #include <string.h>
@@ -33,11 +34,10 @@ int model_precision_init(model *m) {
     m->fast = model_precision_fast(dev) && !moe;
     m->be->fast = m->fast;
     if (!t || strcmp(t, "auto") == 0) {
-        m->kv_dtype = m->fast && dev ? KVT_BF16 : KVT_F32; /* the CPU's attention reads float32 */
+        m->kv_dtype = m->fast ? KVT_BF16 : KVT_F32;
     } else if (strcmp(t, "f32") == 0) {
         m->kv_dtype = KVT_F32;
     } else if (strcmp(t, "bf16") == 0) {
-        if (!dev) return err_set("CELER_KV_DTYPE=bf16: the CPU backend keeps a float32 KV cache (use f32 or auto)");
         m->kv_dtype = KVT_BF16;
     } else {
         return err_set("CELER_KV_DTYPE wants auto, f32 or bf16, got '%s'", t);

@@ -4,7 +4,9 @@
  * At the avx512 level decode calls (a few tokens) split the keys over the threads
  * (flash-decoding, attn_decode_avx512.c, merged here) and prefill calls put the query
  * rows of a KV group through key tiles of 16 (attention_avx512.c); otherwise each
- * (token, head) walks the keys one at a time with the level's dot / axpy loops. A paged view (attn_kv.blocks) is read through its
+ * (token, head) walks the keys one at a time with the level's dot / axpy loops. Cache
+ * rows are float32 or bf16 (kv_dtype; bf16 widened exactly as it is read, so the
+ * arithmetic is float32 either way). A paged view (attn_kv.blocks) is read through its
  * block table (the avx512 tile of 16 keys divides KV_BLOCK, so a tile is one run of
  * rows in one pool block; kv/cache.c checks that at build time). */
 #include <math.h>
@@ -14,20 +16,36 @@
 #include "backend/cpu/attn_kernels.h"
 #include "backend/cpu/cpu.h"
 #include "base/mem.h"
+#include "tensor/dtype.h"
 
 #define KB 64 /* keys scored per block */
 
-static float dot_portable(const float *a, const float *b, int n) {
+static float dot_portable(const float *a, const void *b, int n) {
+    const float *x = b;
     float d = 0.0f;
-    for (int c = 0; c < n; c++) d += a[c] * b[c];
+    for (int c = 0; c < n; c++) d += a[c] * x[c];
     return d;
 }
 
-static void scale_axpy_portable(float *o, float f, float e, const float *v, int n) {
-    for (int c = 0; c < n; c++) o[c] = o[c] * f + e * v[c];
+static void scale_axpy_portable(float *o, float f, float e, const void *v, int n) {
+    const float *x = v;
+    for (int c = 0; c < n; c++) o[c] = o[c] * f + e * x[c];
 }
 
-static const attn_kernels attn_kernels_portable = {dot_portable, scale_axpy_portable};
+static float dot_portable_bf16(const float *a, const void *b, int n) {
+    const uint16_t *x = b;
+    float d = 0.0f;
+    for (int c = 0; c < n; c++) d += a[c] * bf16_to_f32(x[c]);
+    return d;
+}
+
+static void scale_axpy_portable_bf16(float *o, float f, float e, const void *v, int n) {
+    const uint16_t *x = v;
+    for (int c = 0; c < n; c++) o[c] = o[c] * f + e * bf16_to_f32(x[c]);
+}
+
+static const attn_kernels attn_kernels_portable[2] = {{dot_portable, scale_axpy_portable},
+                                                      {dot_portable_bf16, scale_axpy_portable_bf16}};
 
 typedef struct {
     const float *q;
@@ -46,6 +64,7 @@ static void attend_one(const attn_job *j, int t, int h) {
     const float *q = j->q + ((long)t * p->n_heads + h) * hd;
     float *o = j->out + ((long)t * p->n_heads + h) * hd;
     int32_t qp = j->qpos[t];
+    const size_t esz = (size_t)kv_dtype_size(kv->dtype);
     float m = -INFINITY, l = 0.0f, s[KB];
     long idx[KB];
     for (int d = 0; d < hd; d++) o[d] = 0.0f;
@@ -57,7 +76,7 @@ static void attend_one(const attn_job *j, int t, int h) {
             const long x = attn_kv_row(kv, r);
             int32_t kp = kv->pos[x];
             if (kp > qp || (p->window > 0 && qp - kp >= p->window)) continue;
-            const float *k = (const float *)kv->k + x * kv->row_stride + (long)g * hd;
+            const char *k = (const char *)kv->k + (size_t)(x * kv->row_stride + (long)g * hd) * esz;
             float d = j->k->dot(q, k, hd) * p->scale;
             if (p->softcap > 0) d = p->softcap * tanhf(d / p->softcap);
             s[nb] = d;
@@ -74,7 +93,7 @@ static void attend_one(const attn_job *j, int t, int h) {
         for (int i = 0; i < nb; i++) {
             float e = expf(s[i] - m);
             l += e;
-            const float *v = (const float *)kv->v + (long)idx[i] * kv->row_stride + (long)g * hd;
+            const char *v = (const char *)kv->v + (size_t)(idx[i] * kv->row_stride + (long)g * hd) * esz;
             j->k->scale_axpy(o, i == 0 ? f : 1.0f, e, v, hd);
         }
     }
@@ -226,10 +245,11 @@ void cpu_attention(backend *b, const float *q, const int32_t *qpos, int T, const
         }
     }
     const int level = cpu_level();
+    const int dt = kv->dtype == KVT_BF16;
     attn_job j = {q, qpos, T, kv, p, out,
-                  level >= CPU_AVX512 && p->head_dim % 16 == 0 ? &attn_kernels_avx512
-                  : level >= CPU_AVX2 && p->head_dim % 8 == 0  ? &attn_kernels_avx2
-                                                               : &attn_kernels_portable};
+                  level >= CPU_AVX512 && p->head_dim % 16 == 0 ? &attn_kernels_avx512[dt]
+                  : level >= CPU_AVX2 && p->head_dim % 8 == 0  ? &attn_kernels_avx2[dt]
+                                                               : &attn_kernels_portable[dt]};
     long total = (long)T * p->n_heads;
     int tasks = total < c->n_threads ? (int)total : c->n_threads;
     pool_run(c->pool, tasks, attn_task, &j);
@@ -310,7 +330,7 @@ static int attention_decode_batch(cpu_backend *c, const float *q, const int32_t 
 void cpu_attention_batch(backend *b, const float *q, const int32_t *qpos, int n, const attn_kv *kvs, int max_keys,
                          int dtype, const attn_params *p, float *out) {
     (void)max_keys;
-    (void)dtype; /* float32: the CPU's only cache type */
+    (void)dtype; /* each view carries its own */
     cpu_backend *c = b->impl;
     if (cpu_level() >= CPU_AVX512 && p->head_dim % 16 == 0 && p->head_dim <= ATTN_MAX_HD &&
         attention_decode_batch(c, q, qpos, n, kvs, p, out))

@@ -15,25 +15,31 @@
  * accumulators stay in registers (at -O2 they would live in memory). */
 #define UNROLL _Pragma("GCC unroll 16")
 
-static float dot_avx512(const float *a, const float *b, int n) {
+static inline __attribute__((always_inline)) float dot_avx512(const float *a, const void *b, int n, int bf16) {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0;
     int i = 0;
     for (; i + 32 <= n; i += 32) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), kv_ld16(b, i, bf16), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), kv_ld16(b, i + 16, bf16), s1);
     }
-    if (i < n) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    if (i < n) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), kv_ld16(b, i, bf16), s0);
     return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
 /* o [n] = o * f + e * v */
-static void scale_axpy_avx512(float *o, float f, float e, const float *v, int n) {
+static inline __attribute__((always_inline)) void scale_axpy_avx512(float *o, float f, float e, const void *v, int n,
+                                                                    int bf16) {
     const __m512 vf = _mm512_set1_ps(f), ve = _mm512_set1_ps(e);
     for (int i = 0; i < n; i += 16)
-        _mm512_storeu_ps(o + i, _mm512_fmadd_ps(ve, _mm512_loadu_ps(v + i), _mm512_mul_ps(vf, _mm512_loadu_ps(o + i))));
+        _mm512_storeu_ps(o + i, _mm512_fmadd_ps(ve, kv_ld16(v, i, bf16), _mm512_mul_ps(vf, _mm512_loadu_ps(o + i))));
 }
 
-const attn_kernels attn_kernels_avx512 = {dot_avx512, scale_axpy_avx512};
+static float dot_f32(const float *a, const void *b, int n) { return dot_avx512(a, b, n, 0); }
+static float dot_bf16(const float *a, const void *b, int n) { return dot_avx512(a, b, n, 1); }
+static void axpy_f32(float *o, float f, float e, const void *v, int n) { scale_axpy_avx512(o, f, e, v, n, 0); }
+static void axpy_bf16(float *o, float f, float e, const void *v, int n) { scale_axpy_avx512(o, f, e, v, n, 1); }
+
+const attn_kernels attn_kernels_avx512[2] = {{dot_f32, axpy_f32}, {dot_bf16, axpy_bf16}};
 
 /* 16 x 16 transpose of rows r[0..15] (16 floats each) into out rows of stride 16. */
 static inline __attribute__((always_inline)) void transpose16(__m512 *r) {
@@ -114,6 +120,8 @@ void attn_rows_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g
     float room[ATTN_ROW_TILES_MAX * 2 * 128 * 16] __attribute__((aligned(64)));
     float *qt[ATTN_ROW_TILES_MAX], *ot[ATTN_ROW_TILES_MAX];
     float kt[ATTN_MAX_HD * 16] __attribute__((aligned(64))); /* [hd, 16]: key j's channel d at [d * 16 + j] */
+    float vt[16 * ATTN_MAX_HD] __attribute__((aligned(64))); /* [16, hd]: a bf16 cache's value tile, widened */
+    const int bf16 = kv->dtype == KVT_BF16;
     __m512i vqp[ATTN_ROW_TILES_MAX];
     __m512 m[ATTN_ROW_TILES_MAX], l[ATTN_ROW_TILES_MAX];
     int32_t qmax[ATTN_ROW_TILES_MAX], qmin[ATTN_ROW_TILES_MAX], amax = INT32_MIN, amin = INT32_MAX;
@@ -159,13 +167,24 @@ void attn_rows_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g
         __mmask16 any = _mm512_mask_cmple_epi32_mask(live, vkp, _mm512_set1_epi32(amax));
         if (p->window > 0) any = _mm512_mask_cmpgt_epi32_mask(any, vkp, _mm512_set1_epi32(amin - p->window));
         if (!any) continue;
-        const float *krow = (const float *)kv->k + rb * kv->row_stride + (long)g * hd;
+        const long koff = rb * kv->row_stride + (long)g * hd; /* elements of the cache's type */
         for (int d0 = 0; d0 < hd; d0 += 16) {
             __m512 x[16];
             UNROLL for (int j = 0; j < 16; j++)
-                x[j] = j < nb ? _mm512_loadu_ps(krow + j * kv->row_stride + d0) : _mm512_setzero_ps();
+                x[j] = j < nb ? kv_ld16(kv->k, koff + j * kv->row_stride + d0, bf16) : _mm512_setzero_ps();
             transpose16(x);
             UNROLL for (int i = 0; i < 16; i++) _mm512_store_ps(kt + (d0 + i) * 16, x[i]);
+        }
+        /* the values the row tiles broadcast from: float32 rows in place, bf16 rows
+         * widened once per key tile into vt (then shared by every row tile) */
+        const float *vrow = (const float *)kv->v + koff;
+        long vstride = kv->row_stride;
+        if (bf16) {
+            for (int j = 0; j < nb; j++)
+                for (int d0 = 0; d0 < hd; d0 += 16)
+                    _mm512_store_ps(vt + j * hd + d0, kv_ld16(kv->v, koff + j * kv->row_stride + d0, 1));
+            vrow = vt;
+            vstride = hd;
         }
         for (int r = 0; r < R; r++) {
             __mmask16 sees = _mm512_mask_cmple_epi32_mask(live, vkp, _mm512_set1_epi32(qmax[r]));
@@ -193,8 +212,7 @@ void attn_rows_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g
                     s[j] = _mm512_load_ps(sv);
                 }
             }
-            rows_softmax_pv(s, vis, nb, (const float *)kv->v + rb * kv->row_stride + (long)g * hd, kv->row_stride, hd,
-                            &m[r], &l[r], ot[r]);
+            rows_softmax_pv(s, vis, nb, vrow, vstride, hd, &m[r], &l[r], ot[r]);
         }
     }
     for (int r = 0; r < R; r++) {

@@ -20,7 +20,9 @@
  *    apart (qwen3), all in one L1 set, so a second pass over them would come from L2
  *    (a copy of the tile into a contiguous buffer, tried first, cost as much as it
  *    saved); the 8 keys of a half-tile are 8 streams the hardware prefetchers follow
- *    (a software prefetch of the next tile measured no gain). */
+ *    (a software prefetch of the next tile measured no gain).
+ * A bf16 cache's rows are widened as they are loaded (kv_ld16): the walk is bound by
+ * reading the cache, so half the bytes outweigh a conversion per 16 elements. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -87,9 +89,9 @@ static inline __m512 score_finish(__m512 s, __mmask16 vis, const attn_params *p)
 /* oa [16 w] = oa fa + sum_j ea_j v_j over the keys in vis (v_j = kv[j] + off), and
  * ob the same when two: w independent chains per row (w a constant at each call),
  * each value chunk loaded once for both rows. */
-static inline __attribute__((always_inline)) void pv_pair(float *oa, float *ob, const float *const *vr, long off,
+static inline __attribute__((always_inline)) void pv_pair(float *oa, float *ob, const void *const *vr, long off,
                                                           __m512 ea, __m512 eb, __mmask16 vis, __m512 fa, __m512 fb,
-                                                          int w, int two) {
+                                                          int w, int two, int bf16) {
     __m512 a[8], b[8];
     UNROLL for (int c = 0; c < w; c++) {
         a[c] = _mm512_mul_ps(_mm512_loadu_ps(oa + 16 * c), fa);
@@ -101,9 +103,9 @@ static inline __attribute__((always_inline)) void pv_pair(float *oa, float *ob, 
          * store-to-load forwarding of the 64-byte store */
         const __m512i jj = _mm512_set1_epi32(j);
         const __m512 pa = _mm512_permutexvar_ps(jj, ea), pb = two ? _mm512_permutexvar_ps(jj, eb) : pa;
-        const float *v = vr[j] + off;
+        const void *v = vr[j];
         UNROLL for (int c = 0; c < w; c++) {
-            const __m512 x = _mm512_loadu_ps(v + 16 * c);
+            const __m512 x = kv_ld16(v, off + 16 * c, bf16);
             a[c] = _mm512_fmadd_ps(pa, x, a[c]);
             if (two) b[c] = _mm512_fmadd_ps(pb, x, b[c]);
         }
@@ -118,19 +120,19 @@ static inline __attribute__((always_inline)) void pv_pair(float *oa, float *ob, 
  * (this group's slices) are kr[j], vr[j]; visa / visb the keys each sees. */
 static inline __attribute__((always_inline)) void tile_pair(const float *q, float *o, float *m, float *l, int ra,
                                                             int rb, __mmask16 visa, __mmask16 visb,
-                                                            const float *const *kr, const float *const *vr,
-                                                            const attn_params *p, int two) {
+                                                            const void *const *kr, const void *const *vr,
+                                                            const attn_params *p, int two, int bf16) {
     const int hd = p->head_dim, nc = hd / 16;
     const float *qa = q + (long)ra * hd, *qb = q + (long)rb * hd;
     __m512 za[2], zb[2];
     for (int h = 0; h < 2; h++) {
-        const float *const *k8 = kr + 8 * h;
+        const void *const *k8 = kr + 8 * h;
         __m512 aa[8], ab[8];
         UNROLL for (int j = 0; j < 8; j++) aa[j] = ab[j] = _mm512_setzero_ps();
         for (int c = 0; c < nc; c++) {
             const __m512 qac = _mm512_loadu_ps(qa + 16 * c), qbc = two ? _mm512_loadu_ps(qb + 16 * c) : qac;
             UNROLL for (int j = 0; j < 8; j++) {
-                const __m512 x = _mm512_loadu_ps(k8[j] + 16 * c);
+                const __m512 x = kv_ld16(k8[j], 16 * c, bf16);
                 aa[j] = _mm512_fmadd_ps(qac, x, aa[j]);
                 if (two) ab[j] = _mm512_fmadd_ps(qbc, x, ab[j]);
             }
@@ -144,34 +146,40 @@ static inline __attribute__((always_inline)) void tile_pair(const float *q, floa
     float *oa = o + (long)ra * hd, *ob = o + (long)rb * hd;
     const __mmask16 vis = two ? (__mmask16)(visa | visb) : visa;
     int d0 = 0;
-    for (; d0 + 128 <= hd; d0 += 128) pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 8, two);
+    for (; d0 + 128 <= hd; d0 += 128) pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 8, two, bf16);
     switch ((hd - d0) / 16) { /* a constant width, so the accumulators stay in registers */
-    case 1: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 1, two); break;
-    case 2: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 2, two); break;
-    case 3: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 3, two); break;
-    case 4: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 4, two); break;
-    case 5: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 5, two); break;
-    case 6: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 6, two); break;
-    case 7: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 7, two); break;
+    case 1: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 1, two, bf16); break;
+    case 2: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 2, two, bf16); break;
+    case 3: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 3, two, bf16); break;
+    case 4: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 4, two, bf16); break;
+    case 5: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 5, two, bf16); break;
+    case 6: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 6, two, bf16); break;
+    case 7: pv_pair(oa + d0, ob + d0, vr, d0, ea, eb, vis, fa, fb, 7, two, bf16); break;
     default: break;
     }
 }
 
-static void tile_pair2(const float *q, float *o, float *m, float *l, int ra, int rb, __mmask16 visa, __mmask16 visb,
-                       const float *const *kr, const float *const *vr, const attn_params *p) {
-    tile_pair(q, o, m, l, ra, rb, visa, visb, kr, vr, p, 1);
-}
-
-static void tile_pair1(const float *q, float *o, float *m, float *l, int ra, __mmask16 visa, const float *const *kr,
-                       const float *const *vr, const attn_params *p) {
-    tile_pair(q, o, m, l, ra, ra, visa, visa, kr, vr, p, 0);
-}
+/* The four kernels the key walk calls: a pair of rows or one, float32 or bf16 rows. */
+typedef void tile_fn(const float *q, float *o, float *m, float *l, int ra, int rb, __mmask16 visa, __mmask16 visb,
+                     const void *const *kr, const void *const *vr, const attn_params *p);
+#define TILE_FN(name, two, bf16)                                                                                   \
+    static void name(const float *q, float *o, float *m, float *l, int ra, int rb, __mmask16 visa, __mmask16 visb, \
+                     const void *const *kr, const void *const *vr, const attn_params *p) {                         \
+        tile_pair(q, o, m, l, ra, two ? rb : ra, visa, two ? visb : visa, kr, vr, p, two, bf16);                   \
+    }
+TILE_FN(tile_pair2_f32, 1, 0)
+TILE_FN(tile_pair1_f32, 0, 0)
+TILE_FN(tile_pair2_bf16, 1, 1)
+TILE_FN(tile_pair1_bf16, 0, 1)
 
 void attn_decode_avx512(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p,
                         int r_lo, int r_hi, float *o, float *m, float *l) {
     const int hd = p->head_dim, H = p->n_heads, hpk = H / p->n_kv;
     const long rs = kv->row_stride;
-    const float *K = kv->k, *V = kv->v;
+    const int bf16 = kv->dtype == KVT_BF16;
+    const size_t esz = bf16 ? 2 : 4;
+    tile_fn *const pair2 = bf16 ? tile_pair2_bf16 : tile_pair2_f32, *const pair1 = bf16 ? tile_pair1_bf16 : tile_pair1_f32;
+    const char *K = kv->k, *V = kv->v;
     for (int i = 0; i < T * H; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
@@ -193,9 +201,9 @@ void attn_decode_avx512(const float *q, const int32_t *qpos, int T, const attn_k
         if (!any) continue;
         for (int g = 0; g < p->n_kv; g++) {
             /* key j's and value j's slice of this group; missing keys read row 0 (masked) */
-            const float *kr[16], *vr[16];
+            const void *kr[16], *vr[16];
             for (int j = 0; j < 16; j++) {
-                const long x = (rb + (j < nb ? j : 0)) * rs + (long)g * hd;
+                const size_t x = (size_t)((rb + (j < nb ? j : 0)) * rs + (long)g * hd) * esz;
                 kr[j] = K + x;
                 vr[j] = V + x;
             }
@@ -211,11 +219,11 @@ void attn_decode_avx512(const float *q, const int32_t *qpos, int T, const attn_k
                         pvis = vis[t];
                         continue;
                     }
-                    tile_pair2(q, o, m, l, pend, row, pvis, vis[t], kr, vr, p);
+                    pair2(q, o, m, l, pend, row, pvis, vis[t], kr, vr, p);
                     pend = -1;
                 }
             }
-            if (pend >= 0) tile_pair1(q, o, m, l, pend, pvis, kr, vr, p);
+            if (pend >= 0) pair1(q, o, m, l, pend, pend, pvis, pvis, kr, vr, p);
         }
     }
 }

@@ -1,17 +1,21 @@
 /* backend/cpu/attn_kernels.h: the inner loops of CPU attention, chosen once per call
  * (portable; AVX2 in attention_avx2.c at the avx2 level and up when head_dim % 8 == 0;
- * AVX-512 in attention_avx512.c at the avx512 level when head_dim % 16 == 0). */
+ * AVX-512 in attention_avx512.c at the avx512 level when head_dim % 16 == 0), each for
+ * both cache element types (kv_dtype: float32 rows, or bf16 rows widened as they are
+ * read, exactly). */
 #ifndef CELER_ATTN_KERNELS_H
 #define CELER_ATTN_KERNELS_H
 #include "backend/backend.h"
 
+/* b and v are cache rows of the table's element type */
 typedef struct {
-    float (*dot)(const float *a, const float *b, int n);                   /* sum a[i] b[i] */
-    void (*scale_axpy)(float *o, float f, float e, const float *v, int n); /* o = o f + e v */
+    float (*dot)(const float *a, const void *b, int n);                   /* sum a[i] b[i] */
+    void (*scale_axpy)(float *o, float f, float e, const void *v, int n); /* o = o f + e v */
 } attn_kernels;
 
-extern const attn_kernels attn_kernels_avx2;
-extern const attn_kernels attn_kernels_avx512;
+/* [kv_dtype] */
+extern const attn_kernels attn_kernels_avx2[2];
+extern const attn_kernels attn_kernels_avx512[2];
 
 /* The avx512 level's key-tiled attention (attention_avx512.c) for head_dim % 16 == 0
  * and head_dim <= ATTN_MAX_HD, with the query rows in the vector lanes, for 8 rows
@@ -35,4 +39,16 @@ void attn_rows_avx512(const float *q, const int32_t *qpos, int t0, int t1, int g
 #define ATTN_DEC_MAX_T 8
 void attn_decode_avx512(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const attn_params *p,
                         int r_lo, int r_hi, float *o, float *m, float *l);
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+#include <stdint.h>
+/* 16 elements of a cache row from element i: float32, or bf16 widened exactly (its
+ * bits are the upper half of a float: a zero-extension and a shift) */
+static inline __attribute__((always_inline)) __m512 kv_ld16(const void *p, long i, int bf16) {
+    if (!bf16) return _mm512_loadu_ps((const float *)p + i);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+#endif
 #endif

@@ -224,7 +224,7 @@ void cpu_put_rows(backend *b, void *kd, void *vd, int32_t *pd, long row, int slo
                   const int32_t *pos, int n, int dtype) {
     (void)b;
     const long total = (long)n * row;
-    if (dtype == KVT_BF16) { /* never chosen on the CPU (its attention reads float32), kept correct anyway */
+    if (dtype == KVT_BF16) { /* rounded to nearest even, as kv/cache.c rounds a host cache's rows */
         uint16_t *kb = (uint16_t *)kd + (long)slot * row, *vb = (uint16_t *)vd + (long)slot * row;
         for (long i = 0; i < total; i++) {
             kb[i] = f32_to_bf16(k[i]);
