@@ -151,7 +151,10 @@ int main(int argc, char **argv) {
     ws[LAYERS * 7] = make_weight(f, kshape[K_HEAD][0], kshape[K_HEAD][1]);
     be->fast = fast;
     for (int i = 0; pack && i < LAYERS * 7; i++)
-        if (mm_pack_weight(&ws[i], NULL) != 0) { fprintf(stderr, "packing failed\n"); return 1; }
+        if ((fast && mm_q4r16_eligible(&ws[i]) && mm_q4_decode_int16() ? mm_pack_q4r16(&ws[i], NULL) : mm_pack_weight(&ws[i], NULL)) != 0) {
+            fprintf(stderr, "packing failed\n");
+            return 1;
+        }
     long maxT = prefill_T > 4 ? prefill_T : 4;
     float *x = xalloc((size_t)maxT * 3072 * 4), *y = xalloc((size_t)maxT * 151936 * 4);
     for (long i = 0; i < maxT * 3072; i++) x[i] = (float)((double)(rnd64() >> 11) / 9007199254740992.0 - 0.5);

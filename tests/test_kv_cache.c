@@ -30,16 +30,21 @@ static void rows(int32_t p0, int T, float *k, float *v, int32_t *pos) {
     }
 }
 
-static int append(kv_cache *c, int32_t p0, int T) {
+typedef void row_fill(int32_t p0, int T, float *k, float *v, int32_t *pos);
+
+/* T rows for positions p0.. made by fill, appended to c */
+static int append_rows(kv_cache *c, int32_t p0, int T, row_fill *fill) {
     float *k = malloc(sizeof(float) * ROW * (size_t)T), *v = malloc(sizeof(float) * ROW * (size_t)T);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
-    rows(p0, T, k, v, pos);
+    fill(p0, T, k, v, pos);
     int rc = kv_append(c, k, v, pos, T);
     free(k);
     free(v);
     free(pos);
     return rc;
 }
+
+static int append(kv_cache *c, int32_t p0, int T) { return append_rows(c, p0, T, rows); }
 
 /* Problems with c's view: rows whose values do not match their position, or a set
  * of positions other than exactly [lo, hi] plus [0, keep). 0 when all is well. */
@@ -651,16 +656,7 @@ static int bf16_view_problems(const kv_cache *c, int32_t lo, int32_t hi) {
     return bad + !kv_sane(c);
 }
 
-static int odd_append(kv_cache *c, int32_t p0, int T) {
-    float *k = malloc(sizeof(float) * ROW * (size_t)T), *v = malloc(sizeof(float) * ROW * (size_t)T);
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
-    odd_rows(p0, T, k, v, pos);
-    int rc = kv_append(c, k, v, pos, T);
-    free(k);
-    free(v);
-    free(pos);
-    return rc;
-}
+static int odd_append(kv_cache *c, int32_t p0, int T) { return append_rows(c, p0, T, odd_rows); }
 
 static void host_bf16_rows(void) {
     /* the values round: bf16 of value != value for most elements */

@@ -234,7 +234,7 @@ static void check_fast(const weight *w, int T) {
     double *sc = malloc((size_t)T * rows * 8);
     float *s = scratch_for(cols);
     const int bf = f.kind == MM_FAST_BF16, qb = f.kind == MM_FAST_QBF16, q4 = f.kind == MM_FAST_Q4DOT;
-    const int w16 = f.kind == MM_FAST_Q4W16;
+    const int w16 = f.kind == MM_FAST_Q4W16 || f.kind == MM_FAST_Q4R16; /* one rounding, two layouts */
     void *xr = prep(w, x, T, bf ? MM_PREP_BF16 : qb || q4 ? MM_PREP_ROUND : w16 ? MM_PREP_ROUND16 : MM_PREP_Q8);
     void *xk = prep(w, x, T, f.prep);
     (bf ? mm_fast_portable_bf16 : qb ? mm_fast_portable_qbf16 : q4 || w16 ? mm_portable : mm_fast_portable_q8)(w, xr, y0, T, 0, rows, s);
@@ -256,7 +256,21 @@ static void check_fast(const weight *w, int T) {
     if (level == CPU_AVX512 && f.kind == MM_FAST_Q8 && cpu_has_avx512_vnni()) CHECK(strstr(kn, "vpdpbusd") != NULL, "avx512+vnni chose \"%s\"", kn);
     if (q4) CHECK(strstr(kn, "q4 vdpbf16ps") != NULL, "4-bit decode under fast chose \"%s\"", kn);
     if (w16) CHECK(strstr(kn, "q4 vpdpwssd") != NULL, "4-bit decode on int16 chose \"%s\"", kn);
+    if (f.kind == MM_FAST_Q4R16) CHECK(strstr(kn, "rows x16") != NULL, "interleaved 4-bit decode chose \"%s\"", kn);
     free(x); free(y0); free(y1); free(y2); free(sc); free(s); free(xr); free(xk);
+}
+
+/* The same weight interleaved by 16 rows (pack.c): from MM_Q4R16_MIN_T rows on the
+ * fast kernel is q4r16, held to the same portable reference as q4w16 (rows off 16,
+ * row splits inside a block). */
+static void check_interleaved(weight *w, int T) {
+    CHECK(mm_pack_q4r16(w, NULL) == 0 && w->interleaved, "%ldx%ld g %d: interleaving failed", (long)w->rows,
+          (long)w->cols, w->group);
+    mm_fast f;
+    mm_fast_select_level(w, T, level, &f);
+    const int want = T >= MM_Q4R16_MIN_T ? MM_FAST_Q4R16 : MM_FAST_Q4W16;
+    CHECK(f.kind == want, "interleaved %ldx%ld T=%d: kind %d, want %d", (long)w->rows, (long)w->cols, T, f.kind, want);
+    check_fast(w, T);
 }
 
 static void fast_kernels(void) {
@@ -306,11 +320,13 @@ static void fast_kernels(void) {
                     CHECK(f.kind == want && has == (want != MM_FAST_NONE), "%s, CELER_CPU_Q4DEC=%s: 4-bit decode kind %d, want %d",
                           cpu_level_name(level), modes[md], f.kind, want);
                     if (has) check_fast(&u.w, dT[i]);
+                    if (want == MM_FAST_Q4W16) check_interleaved(&u.w, dT[i]);
                     tw_free(&u);
                 }
         tw big = tw_random(WF_AFFINE, 48, 1024, 4, 64, SC_BF16);
         if (want != MM_FAST_NONE)
             for (int T = 1; T <= 8; T++) check_fast(&big.w, T);
+        for (int T = 1; want == MM_FAST_Q4W16 && T <= 8; T++) check_interleaved(&big.w, T);
         tw_free(&big);
     }
     setting_override(SET_CELER_CPU_Q4DEC, NULL);

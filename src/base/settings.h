@@ -15,7 +15,7 @@
     X(CELER_STATS, FLAG, "0", "print KV-cache and device counters to stderr when a session or backend ends")        \
     X(CELER_KV_INPLACE_WRITE, FLAG, "1", "0: every KV row write takes the copying path (A/B runs; same results)")   \
     X(CELER_CPU, STR, NULL, "CPU kernel level: generic, avx2 or avx512 (default: the best this processor runs)")   \
-    X(CELER_CPU_PACK, FLAG, "1", "0: bf16 layer weights are not packed at load on the CPU (GEMM panels packed per product; no second copy)") \
+    X(CELER_CPU_PACK, FLAG, "1", "0: no second copy of CPU weights at load (bf16 GEMM panels packed per product; 4-bit decode on the row-major layout)") \
     X(CELER_CPU_INT8, FLAG, "0", "1: with fast precision on the CPU, 4/8-bit products also take int8 activations (VNNI; outside the bf16 envelope)") \
     X(CELER_CPU_Q4DEC, STR, "auto", "4-bit products of 1-8 rows under fast precision on AVX-512: bf16 (vdpbf16ps on bf16 activations), int16 (vpdpwssd on int16 activations) or auto (int16 where vdpbf16ps measures under 2/3 of vpdpwssd's rate)") \
     X(CELER_NO_SIMD, FLAG, "0", "1: the same as CELER_CPU=generic (portable C kernels; CELER_CPU wins when set)")    \

@@ -157,9 +157,15 @@ static int fuse_layers(model *m) {
 }
 
 /* The CPU: each layer's dense projections handed to upload_weight, which packs the
- * GEMM's panels once (backend/cpu/pack.c); the embedding, the LM head (decode reads
- * them a row or a token at a time) and the experts keep their mapping alone. */
+ * GEMM's panels once or interleaves 4-bit rows (backend/cpu/pack.c); a quantized LM
+ * head too (a batched decode step's largest product: docs/cpu-kernels.md), while the
+ * embedding, a bf16 head (prefill computes it for one row) and the experts keep
+ * their mapping alone. */
 static int cpu_layer_weights(model *m, int pack) {
+    if (m->lm_head.data && m->lm_head.fmt == WF_AFFINE) {
+        if (!pack) m->be->ops->release_weight(m->be, &m->lm_head);
+        else if (m->be->ops->upload_weight(m->be, &m->lm_head, 0) < 0) return err_prefix("packing %s", m->ck->dir);
+    }
     for (int l = 0; m->lw && l < m->cfg.n_layers; l++) {
         layer_weights *w = &m->lw[l];
         weight *ws[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->gate, &w->up, &w->down, &w->ple_gate, &w->ple_proj};

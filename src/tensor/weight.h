@@ -33,6 +33,8 @@ typedef struct {
                             * 2: a view of rows of another weight's device copy */
     void *packed;          /* CPU: the GEMM's panels, packed once at load and owned here
                             * (backend/cpu/pack.c), or NULL: the data is then packed per product */
+    void *interleaved;     /* CPU, 4-bit affine under fast: codes, scales and biases of each 16
+                            * rows interleaved for the decode products (pack.c), owned here, or NULL */
 } weight;
 
 /* Bytes of w's arrays for its [rows, cols]: data, scales and biases (0 for an array

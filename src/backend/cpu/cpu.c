@@ -263,11 +263,16 @@ static void cpu_copy(backend *b, void *dst, const void *src, size_t n) {
 }
 
 /* The weights stay where they are bound (the file mapping); a layer's dense
- * projections get their GEMM panels packed once (pack.c). */
+ * projections get their GEMM panels packed once, and under fast the 4-bit ones
+ * their rows interleaved for the int16 decode products (pack.c), each a second copy
+ * within the budget and off with CELER_CPU_PACK=0. */
 static int cpu_upload_weight(backend *b, weight *w, int transposed) {
     cpu_backend *c = cpu(b);
     if (transposed) return 0;
     if (c->pack_budget < 0) c->pack_budget = mm_pack_budget();
+    if (b->fast && mm_q4r16_eligible(w) && cpu_level() >= CPU_AVX512 && mm_q4_decode_int16() &&
+        setting_flag(SET_CELER_CPU_PACK))
+        return mm_pack_q4r16(w, &c->pack_budget);
     return mm_pack_weight(w, &c->pack_budget);
 }
 

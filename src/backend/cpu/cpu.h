@@ -101,6 +101,14 @@ long mm_bf16_panels_bytes(const weight *w);
 /* The pair-layout panel of rows [r, r + 32) of bf16 w: the packed one, or packed
  * into own (u32 [ceil(cols/2), 32], 64-byte aligned) when w has none. */
 const uint32_t *mm_bf16_panel(const weight *w, long r, uint32_t *own);
+/* 4-bit affine weights (groups of 32, 64 or 128) interleaved by 16 rows for the
+ * decode products under fast (w->interleaved; layout in pack.c), a second copy the
+ * size of the weight, within *budget as mm_pack_weight. 0 (also when w does not
+ * qualify), -1 with a message. */
+int mm_q4r16_eligible(const weight *w);
+int mm_pack_q4r16(weight *w, long *budget);
+long mm_q4r16_block_bytes(const weight *w);
+void mm_q4r16_block_parts(const weight *w, long b, const uint32_t **codes, const void **scales, const void **biases);
 
 /* ---- the fast precision (fast.c; docs/cpu-kernels.md "Precision") -------------
  * Under CELER_PRECISION=fast (backend.fast) a product whose weight and T have a
@@ -108,12 +116,18 @@ const uint32_t *mm_bf16_panel(const weight *w, long r, uint32_t *own);
  * (mm_fast_prep_rows, all threads) into a buffer of mm_fast_prep_bytes, then runs
  * the kernel with that buffer as its x (an mm_kernel whose x is the prepared rows). */
 /* MM_FAST_Q4DOT is the 4-bit decode shape (mm_fast_kind); mm_fast_select_level turns
- * it into MM_FAST_Q4W16 where that level runs the int16 kernel (mm_q4_decode_int16). */
-enum { MM_FAST_NONE = 0, MM_FAST_BF16 = 1, MM_FAST_Q8 = 2, MM_FAST_QBF16 = 3, MM_FAST_Q4DOT = 4, MM_FAST_Q4W16 = 5 };
+ * it into MM_FAST_Q4W16 where that level runs the int16 kernel (mm_q4_decode_int16),
+ * and that into MM_FAST_Q4R16 (the same rounding) where the weight is interleaved. */
+enum { MM_FAST_NONE = 0, MM_FAST_BF16 = 1, MM_FAST_Q8 = 2, MM_FAST_QBF16 = 3, MM_FAST_Q4DOT = 4, MM_FAST_Q4W16 = 5,
+       MM_FAST_Q4R16 = 6 };
 /* MM_PREP_ROUND16: float rows on each 128-column chunk's int16 grid (mm_round16_chunk),
- * the portable reference's input for MM_FAST_Q4W16. */
+ * the portable reference's input for MM_FAST_Q4W16 and MM_FAST_Q4R16. */
 enum { MM_PREP_NONE = 0, MM_PREP_ROUND = 1, MM_PREP_BF16 = 2, MM_PREP_Q8 = 3, MM_PREP_Q4DOT = 4, MM_PREP_Q4W16 = 5,
-       MM_PREP_ROUND16 = 6 };
+       MM_PREP_ROUND16 = 6, MM_PREP_Q4R16 = 7 };
+/* Interleaved 4-bit weights take q4r16 from this many activation rows on (below, one
+ * or two rows of a model streaming its weights ran faster on q4w16's row-major
+ * layout: docs/cpu-kernels.md). */
+#define MM_Q4R16_MIN_T 3
 /* bf16 weights round their activations from this T on (prefill; decode is bound by
  * reading the weights, which rounding does not change). */
 #define MM_FAST_MIN_T 9
@@ -158,6 +172,10 @@ long mm_q4w16_row_bytes(const weight *w);
 void mm_q4w16_row_parts(const weight *w, const void *row, const float **xsum, const float **d, const int16_t **xq);
 void mm_q4w16(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
 void mm_q4w16_prep_row(const weight *w, const float *x, void *out);
+/* q4r16's prepared row (MM_PREP_Q4R16): q4w16's layout and rounding with xq in pair
+ * order (each 8 columns as 0, 4, 1, 5, 2, 6, 3, 7; q4r16_avx512dot.c). */
+void mm_q4r16_prep_row(const weight *w, const float *x, void *out);
+void mm_q4r16(const weight *w, const float *x, float *y, int T, long r0, long r1, float *scratch);
 const char *mm_kernel_name_avx512dot(mm_kernel k);
 
 /* The float32 FMA peak of `level` (<= cpu_level_hw()) with n_threads threads at

@@ -119,7 +119,8 @@ long mm_fast_prep_bytes(const weight *w, int T, int prep) {
     case MM_PREP_BF16: return (long)T * (((long)w->cols + 1) & ~1L) * 2;
     case MM_PREP_Q8: return (long)T * mm_q8_row_bytes(w);
     case MM_PREP_Q4DOT: return (long)T * mm_q4dot_row_bytes(w);
-    case MM_PREP_Q4W16: return (long)T * mm_q4w16_row_bytes(w);
+    case MM_PREP_Q4W16:
+    case MM_PREP_Q4R16: return (long)T * mm_q4w16_row_bytes(w);
     case MM_PREP_ROUND16: return (long)T * (long)w->cols * 4;
     }
     return 0;
@@ -141,6 +142,8 @@ void mm_fast_prep_rows(const weight *w, const float *x, int t0, int t1, int prep
             mm_q4dot_prep_row(w, xt, (uint8_t *)out + (long)t * mm_q4dot_row_bytes(w));
         } else if (prep == MM_PREP_Q4W16) {
             mm_q4w16_prep_row(w, xt, (uint8_t *)out + (long)t * mm_q4w16_row_bytes(w));
+        } else if (prep == MM_PREP_Q4R16) {
+            mm_q4r16_prep_row(w, xt, (uint8_t *)out + (long)t * mm_q4w16_row_bytes(w));
         } else if (prep == MM_PREP_ROUND16) {
             float *o = (float *)out + (long)t * n;
             for (long c = 0; c < n; c += 128) {
@@ -270,11 +273,13 @@ int mm_fast_select_level(const weight *w, int T, int level, mm_fast *f) {
     f->prep = MM_PREP_NONE;
     f->k = NULL;
     if (kind == MM_FAST_NONE) return 0;
-    if (kind == MM_FAST_Q4DOT && level >= CPU_AVX512 && mm_q4_decode_int16()) f->kind = MM_FAST_Q4W16;
+    if (kind == MM_FAST_Q4DOT && level >= CPU_AVX512 && mm_q4_decode_int16())
+        f->kind = w->interleaved && T >= MM_Q4R16_MIN_T ? MM_FAST_Q4R16 : MM_FAST_Q4W16;
     if (level >= CPU_AVX512 && (f->k = mm_fast_select_avx512dot(w, T, f->kind))) {
         f->prep = f->kind == MM_FAST_Q8      ? MM_PREP_Q8
                   : f->kind == MM_FAST_Q4DOT ? MM_PREP_Q4DOT
                   : f->kind == MM_FAST_Q4W16 ? MM_PREP_Q4W16
+                  : f->kind == MM_FAST_Q4R16 ? MM_PREP_Q4R16
                                              : MM_PREP_BF16;
         return 1;
     }

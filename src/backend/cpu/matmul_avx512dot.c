@@ -556,6 +556,7 @@ mm_kernel mm_fast_select_avx512dot(const weight *w, int T, int kind) {
     if (kind == MM_FAST_Q8 && cpu_has_avx512_vnni()) return q8_vnni;
     if (kind == MM_FAST_Q4DOT && cpu_has_avx512_bf16()) return q4dot;
     if (kind == MM_FAST_Q4W16 && cpu_has_avx512_vnni()) return mm_q4w16;
+    if (kind == MM_FAST_Q4R16 && cpu_has_avx512_vnni() && w->interleaved) return mm_q4r16;
     return NULL;
 }
 
@@ -565,5 +566,6 @@ const char *mm_kernel_name_avx512dot(mm_kernel k) {
     if (k == gemm_affine_bf16dp) return "avx512 gemm affine->bf16 vdpbf16ps 12x32 (fast)";
     if (k == q4dot) return "avx512 gemv q4 vdpbf16ps (fast)";
     if (k == mm_q4w16) return "avx512 gemv q4 vpdpwssd int16 (fast)";
+    if (k == mm_q4r16) return "avx512 gemv q4 vpdpwssd int16, rows x16 (fast)";
     return NULL;
 }

@@ -70,5 +70,62 @@ int mm_pack_weight(weight *w, long *budget) {
 
 void mm_unpack_weight(weight *w) {
     free(w->packed);
+    free(w->interleaved);
     w->packed = NULL;
+    w->interleaved = NULL;
+}
+
+/* ---- 4-bit affine rows interleaved by 16 (q4r16_avx512dot.c) -------------------
+ * Per block of 16 rows (rows past the end: zero codes, scales and biases):
+ *   codes  u32 [cols / 8][16]   lane i: row 16 b + i's u32 word u (its columns 8u .. 8u + 7,
+ *                               nibble k = column 8u + k, as MLX packs a row)
+ *   scales [ng][16], biases [ng][16], of the weight's scale type
+ * so a 64-byte load holds 8 columns of 16 rows and 16 consecutive values are the
+ * 16 rows' scales of one group. The same bytes as the weight, in another order. */
+static long r16_blocks(const weight *w) { return ((long)w->rows + 15) / 16; }
+static long r16_codes_bytes(const weight *w) { return (long)w->cols / 8 * 64; }
+static long r16_scales_bytes(const weight *w) {
+    return (((long)w->cols / w->group * 16 * (w->stype == SC_F32 ? 4 : 2)) + 63) & ~63L;
+}
+
+long mm_q4r16_block_bytes(const weight *w) { return r16_codes_bytes(w) + 2 * r16_scales_bytes(w); }
+
+void mm_q4r16_block_parts(const weight *w, long b, const uint32_t **codes, const void **scales, const void **biases) {
+    const uint8_t *p = (const uint8_t *)w->interleaved + b * mm_q4r16_block_bytes(w);
+    *codes = (const uint32_t *)(const void *)p;
+    *scales = p + r16_codes_bytes(w);
+    *biases = p + r16_codes_bytes(w) + r16_scales_bytes(w);
+}
+
+int mm_q4r16_eligible(const weight *w) {
+    return w->fmt == WF_AFFINE && w->bits == 4 && (w->group == 32 || w->group == 64 || w->group == 128) &&
+           w->cols % w->group == 0 && !w->src_cols && w->data && !w->on_device;
+}
+
+int mm_pack_q4r16(weight *w, long *budget) {
+    if (w->interleaved || !mm_q4r16_eligible(w)) return 0;
+    const long nb = r16_blocks(w), bytes = nb * mm_q4r16_block_bytes(w), words = (long)w->cols / 8,
+               ng = (long)w->cols / w->group, ssz = w->stype == SC_F32 ? 4 : 2;
+    if (budget && bytes > *budget) return 0; /* the second copy would not fit: the row-major kernel */
+    uint8_t *p = mem_aligned((size_t)bytes, "interleaved 4-bit weight");
+    if (!p) return -1;
+    if (budget) *budget -= bytes;
+    memset(p, 0, (size_t)bytes);
+    w->interleaved = p;
+    for (long b = 0; b < nb; b++) {
+        const uint32_t *codes;
+        const void *sc, *bi;
+        mm_q4r16_block_parts(w, b, &codes, &sc, &bi);
+        uint32_t *c = (uint32_t *)codes;
+        for (int i = 0; i < 16 && 16 * b + i < w->rows; i++) {
+            const long r = 16 * b + i;
+            const uint32_t *row = (const uint32_t *)w->data + r * words;
+            for (long u = 0; u < words; u++) c[u * 16 + i] = row[u];
+            for (long g = 0; g < ng; g++) {
+                memcpy((uint8_t *)sc + (g * 16 + i) * ssz, (const uint8_t *)w->scales + (r * ng + g) * ssz, (size_t)ssz);
+                memcpy((uint8_t *)bi + (g * 16 + i) * ssz, (const uint8_t *)w->biases + (r * ng + g) * ssz, (size_t)ssz);
+            }
+        }
+    }
+    return 0;
 }

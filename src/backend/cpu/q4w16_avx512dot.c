@@ -64,9 +64,22 @@ INLINE void w16_order(const __m512i q[8], int16_t *out) {
     }
 }
 
+/* The 128 int16 values of a chunk in pair order (q4r16): each 8 columns as
+ * 0, 4, 1, 5, 2, 6, 3, 7, so that 32-bit word k of the 8 holds columns k and k + 4. */
+INLINE void w16_order_pairs(const __m512i q[8], int16_t *out) {
+    const __m512i idx = _mm512_set_epi16(31, 27, 30, 26, 29, 25, 28, 24, 23, 19, 22, 18, 21, 17, 20, 16,
+                                         15, 11, 14, 10, 13, 9, 12, 8, 7, 3, 6, 2, 5, 1, 4, 0);
+    for (int m = 0; m < 4; m++) {
+        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(q[2 * m])),
+                                             _mm512_cvtepi32_epi16(q[2 * m + 1]), 1);
+        _mm512_storeu_si512(out + 32 * m, _mm512_permutexvar_epi16(idx, v));
+    }
+}
+
 /* mm_round16_chunk's rounding (the same bits: round to nearest even, clamp, NaN to 0),
- * 16 lanes at a time. n is a multiple of 32 (cols % group == 0, group >= 32). */
-void mm_q4w16_prep_row(const weight *w, const float *x, void *out) {
+ * 16 lanes at a time, xq in q4w16's order (pairs = 0) or q4r16's (pairs = 1). n is a
+ * multiple of 32 (cols % group == 0, group >= 32). */
+INLINE void prep_row(const weight *w, const float *x, void *out, int pairs) {
     const long n = (long)w->cols, G = w->group, ngp = w16_ngp(w), nc = w16_nc(w), nchp = w16_nchp(w);
     float *xsum = out, *d = xsum + ngp;
     int16_t *xq = (int16_t *)(d + nchp);
@@ -101,9 +114,13 @@ void mm_q4w16_prep_row(const weight *w, const float *x, void *out) {
                 }
             }
         }
-        w16_order(q, xq + c);
+        if (pairs) w16_order_pairs(q, xq + c);
+        else w16_order(q, xq + c);
     }
 }
+
+void mm_q4w16_prep_row(const weight *w, const float *x, void *out) { prep_row(w, x, out, 0); }
+void mm_q4r16_prep_row(const weight *w, const float *x, void *out) { prep_row(w, x, out, 1); }
 
 /* ---- the product ------------------------------------------------------------- */
 
