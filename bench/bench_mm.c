@@ -6,7 +6,8 @@
  *            [-P fast|exact] [-k]
  * -P fast runs the fast precision's products (backend/cpu/fast.c; CELER_CPU_INT8=1
  * for the int8 ones); -k packs the layer weights first, as a model load does
- * (backend/cpu/pack.c; bf16 at the avx512 level).
+ * (backend/cpu/pack.c: bf16 panels at the avx512 level; with -P fast, 4-bit weights
+ * interleaved by 16 rows where 4-bit decode takes int16, for q4r16 from 3 rows).
  * -c times by the calling thread's CPU time: with -t 1 it stays meaningful on a
  * loaded machine (the % of bandwidth then compares with an unloaded probe).
  * CELER_CPU=generic|avx2|avx512 picks the kernel level; the FMA peak of every level

@@ -99,11 +99,14 @@ int cpu_level_check(void) {
 }
 
 const char *celer_cpu_kernels(void) {
-    static char buf[6][48]; /* one per level, feature set and 4-bit decode kernel: callers may keep the pointer */
-    int l = cpu_level(), i = l == CPU_AVX512 ? 3 + (cpu_has_avx512_bf16() || cpu_has_avx512_vnni()) + mm_q4_decode_int16() : l;
+    static char buf[7][64]; /* one per level, feature set and 4-bit decode kernel: callers may keep the pointer */
+    const int w16 = mm_q4_decode_int16(), rows16 = w16 && setting_flag(SET_CELER_CPU_PACK);
+    int l = cpu_level(), i = l == CPU_AVX512 ? 3 + (cpu_has_avx512_bf16() || cpu_has_avx512_vnni()) + w16 + rows16 : l;
+    /* int16 with the weights interleaved by 16 rows (pack.c) from 3 rows a product */
     const char *q4 = l < CPU_AVX512 || !(cpu_has_avx512_bf16() || cpu_has_avx512_vnni()) ? ""
-                     : mm_q4_decode_int16()                                              ? ", fast 4-bit decode: int16"
-                                                                                         : ", fast 4-bit decode: bf16";
+                     : rows16 ? ", fast 4-bit decode: int16, rows x16"
+                     : w16    ? ", fast 4-bit decode: int16"
+                              : ", fast 4-bit decode: bf16";
     snprintf(buf[i], sizeof buf[i], "%s%s%s%s", names[l], cpu_has_avx512_bf16() ? " +bf16" : "",
              cpu_has_avx512_vnni() ? " +vnni" : "", q4);
     return buf[i];
