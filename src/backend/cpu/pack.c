@@ -113,17 +113,15 @@ int mm_pack_q4r16(weight *w, long *budget) {
     memset(p, 0, (size_t)bytes);
     w->interleaved = p;
     for (long b = 0; b < nb; b++) {
-        const uint32_t *codes;
-        const void *sc, *bi;
-        mm_q4r16_block_parts(w, b, &codes, &sc, &bi);
-        uint32_t *c = (uint32_t *)codes;
+        uint8_t *blk = p + b * mm_q4r16_block_bytes(w), *sc = blk + r16_codes_bytes(w), *bi = sc + r16_scales_bytes(w);
+        uint32_t *c = (uint32_t *)(void *)blk;
         for (int i = 0; i < 16 && 16 * b + i < w->rows; i++) {
             const long r = 16 * b + i;
             const uint32_t *row = (const uint32_t *)w->data + r * words;
             for (long u = 0; u < words; u++) c[u * 16 + i] = row[u];
             for (long g = 0; g < ng; g++) {
-                memcpy((uint8_t *)sc + (g * 16 + i) * ssz, (const uint8_t *)w->scales + (r * ng + g) * ssz, (size_t)ssz);
-                memcpy((uint8_t *)bi + (g * 16 + i) * ssz, (const uint8_t *)w->biases + (r * ng + g) * ssz, (size_t)ssz);
+                memcpy(sc + (g * 16 + i) * ssz, (const uint8_t *)w->scales + (r * ng + g) * ssz, (size_t)ssz);
+                memcpy(bi + (g * 16 + i) * ssz, (const uint8_t *)w->biases + (r * ng + g) * ssz, (size_t)ssz);
             }
         }
     }
