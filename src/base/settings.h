@@ -35,6 +35,9 @@
     X(CUK_MV_ROWS, INT, "0", "1, 2 or 4: rows per warp of the GPU matvec kernels (0: measured default)")            \
     X(CUK_MV_INT8, FLAG, "0", "1: GPU quantized products round activations to int8 (dp4a kernels)")                \
     X(CUK_MV_I8X2, INT, "1", "0: fast-precision GPU one-row 4-bit products keep float activations; 1: two int8 terms on products of 2,048+ rows and 2,048+ columns; 2: on every shape (tests)") \
+    X(CUK_SPLIT_ROPE_PUT, FLAG, "1", "0: a recorded GPU decode step of several rows splits its fused q|k|v rows in their own launch instead of in the q/k norm + RoPE kernel that writes the KV rows (A/B runs)") \
+    X(CUK_STAGE_MIN_T, INT, "0", "the fewest rows whose GPU products read bf16 activations staged by the op before them (0: rows past CUK_MV_BATCH_MAX; A/B runs)") \
+    X(CUK_STAGE_ATTN, FLAG, "1", "0: a batched GPU decode step's attention leaves its output's bf16 conversion to the o product instead of writing it too (A/B runs)") \
     X(CUK_ROPE_PUT, FLAG, "1", "0: a recorded GPU decode step writes its KV rows in their own launch instead of in the q/k norm + RoPE kernel (A/B runs)") \
     X(CUK_NORM_REG, INT, "2", "GPU add + RMSNorm: 2 a row that writes int8 pieces over a cluster of 8 blocks (4,096+ values), else as 1; 1 one block a row with the row in registers, 0 the loop form (a round trip a value; A/B runs, tests)") \
     X(CUK_MV_GLU, FLAG, "1", "0: a 16-bit gate|up product of up to 4 rows and the GLU after it run as two GPU launches instead of one (A/B runs, tests)") \
@@ -53,6 +56,7 @@
     X(CUK_ATTN_NO_MMA, FLAG, "0", "1: GPU prefill over a bf16 KV cache uses the CUDA-core kernels, not flash attention on tensor cores") \
     X(CUK_ATTN_MMA_MIN_KEYS, INT, "256", "one-query GPU attention over a bf16 KV cache of at most this many keys (its bucket) uses the CUDA-core kernel, not flash attention") \
     X(CUK_FLASH_DECODE, FLAG, "1", "0: GPU attention rows that fit one 16-row tile (decode) over a bf16 cache past CUK_ATTN_MMA_MIN_KEYS keys take the 64-row flash tile instead of the lean flash-decoding kernel (A/B runs)") \
+    X(CUK_ATTN_BATCH_MMA_MIN_KEYS, INT, "0", "a batched GPU decode step over a bf16 KV cache whose key bound is past this takes the lean flash-decoding kernel on tensor cores; at most this: the CUDA-core kernel (0: always tensor cores; A/B runs)") \
     X(CUK_ATTN_PER_QUERY, FLAG, "0", "1: GPU prefill attention uses the per-query kernel instead of tiles")         \
     X(CUK_ATTN_WARPS, INT, "0", "0: auto (8 for grids under two blocks an SM, else 4); 4, 8 or 16 forces the GPU decode attention's warps a block") \
     X(CELER_FUZZ_WIRE, FLAG, "0", "1: fuzz_server_request also sends inputs over a socket to a live server")       \

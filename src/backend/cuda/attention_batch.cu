@@ -143,6 +143,12 @@ static int dispatch_gt(int gt, dim3 grid, cudaStream_t s, const float *q, const 
     return err_set("cuda attention (batch): group tile %d for head_dim %d", gt, HD);
 }
 
+/* a bf16 cache's rows go to the tensor cores past this key bound */
+static bool batch_mma(int max_keys) {
+    const long mma_min = setting_int(SET_CUK_ATTN_BATCH_MMA_MIN_KEYS);
+    return mma_min < 0 || max_keys > mma_min;
+}
+
 template <typename KT>
 static int attention_batch(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int max_keys, const attn_params *p,
                            float *out, float *work, cudaStream_t s) {
@@ -153,7 +159,12 @@ static int attention_batch(const float *q, const int32_t *qpos, int n, const cuk
     if (splits > 1 && !work) return err_set("cuda attention (batch): no work space for %d splits", splits);
     const dim3 grid((unsigned)(n * p->n_kv * (G / gt)), (unsigned)splits);
     float *part = splits > 1 ? work : NULL;
-    int rc;
+    int rc = 1;
+    /* past the key bound, a bf16 cache's rows go to the tensor cores (the lean
+     * flash-decoding tile, one block per sequence, KV head and split) */
+    if (sizeof(KT) == 2 && batch_mma(max_keys)) rc = cuk_flash_decode_batch(q, qpos, n, seqs, splits, p, out, work, NULL, s);
+    if (rc < 0) return -1;
+    if (rc == 0) return splits == 1 ? 0 : cuk_attention_merge(part, n, p->n_heads, splits, p->head_dim, p->sinks, seqs, out, s);
     switch (p->head_dim) {
     case 32: rc = dispatch_gt<KT, 32>(gt, grid, s, q, qpos, seqs, p, part, out); break;
     case 64: rc = dispatch_gt<KT, 64>(gt, grid, s, q, qpos, seqs, p, part, out); break;
@@ -174,6 +185,16 @@ extern "C" int cuk_attention_batch(const float *q, const int32_t *qpos, int n, c
                                    const attn_params *p, int dtype, float *out, float *work, cuk_stream st) {
     if (dtype == KVT_BF16) return attention_batch<uint16_t>(q, qpos, n, seqs, max_keys, p, out, work, (cudaStream_t)st);
     return attention_batch<float>(q, qpos, n, seqs, max_keys, p, out, work, (cudaStream_t)st);
+}
+
+extern "C" int cuk_attention_batch_stages(const float *q, int max_keys, const attn_params *p, int dtype) {
+    return dtype == KVT_BF16 && batch_mma(max_keys) && attn_splits(max_keys) == 1 && cuk_flash_decode_batch_ok(q, p);
+}
+
+extern "C" int cuk_attention_batch_bf16(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int max_keys,
+                                        const attn_params *p, int dtype, float *out, float *work, uint16_t *ybf, cuk_stream st) {
+    if (n <= 0 || !cuk_attention_batch_stages(q, max_keys, p, dtype)) return 1;
+    return cuk_flash_decode_batch(q, qpos, n, seqs, 1, p, out, work, ybf, st);
 }
 
 /* ---- the step's KV writes: row r of k, v [n, row] into its sequence's slot ---- */

@@ -186,6 +186,24 @@ int cuk_attention_batch(const float *q, const int32_t *qpos, int n, const cuk_at
 int cuk_attention_merge(const float *part, int rows, int n_heads, int splits, int hd, const float *sinks,
                         const cuk_attn_seq *seqs, float *out, cuk_stream s);
 size_t cuk_attention_batch_work(int n, int n_heads, int head_dim, int max_keys);
+/* cuk_attention_batch's rows on the lean flash-decoding tile (flash_attn.cu), over
+ * bf16 caches: splits = attn_splits(max_keys) (the partials of several go to work for
+ * cuk_attention_merge, in its format). With ybf (one split only) the output also
+ * goes there rounded to bf16, as cuk_f32_to_bf16 would. Returns 1 without launching
+ * for a shape it does not cover (cuk_flash_decode_batch_ok; ybf with several splits). */
+int cuk_flash_decode_batch(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int splits,
+                           const attn_params *p, float *out, float *work, uint16_t *ybf, cuk_stream s);
+/* 1 when cuk_flash_decode_batch covers q's alignment and p's shape: head dims 64-256,
+ * groups of at most 16 query heads */
+int cuk_flash_decode_batch_ok(const float *q, const attn_params *p);
+/* 1 when cuk_attention_batch_bf16 would run (not return 1) for these arguments */
+int cuk_attention_batch_stages(const float *q, int max_keys, const attn_params *p, int dtype);
+/* cuk_attention_batch that also writes its output rounded to bf16 into ybf [n,
+ * n_heads, head_dim] (what the fast precision's next product would convert), on the
+ * tensor-core kernel with one split; returns 1 without launching where that is not
+ * what cuk_attention_batch would run (cuk_attention_batch_stages). */
+int cuk_attention_batch_bf16(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int max_keys,
+                             const attn_params *p, int dtype, float *out, float *work, uint16_t *ybf, cuk_stream s);
 int cuk_attention_batch_bucket(int max_keys);
 /* One row of a batched KV write: the slot's key and value rows and position entry
  * (device memory), and the position to store; k == NULL: a padding row. */
@@ -198,10 +216,13 @@ typedef struct {
 int cuk_put_batch(const cuk_put_row *rows, int n, long row, const float *k, const float *v, int dtype, cuk_stream s);
 /* cuk_qk_norm_rope (its op, backend/ops_list.h) that also writes the step's KV rows as
  * cuk_put_batch(rows, T, n_kv * head_dim, k, v, dtype) would after it: k's heads as
- * rotated, v's as they are, each row's position. */
+ * rotated, v's as they are, each row's position. With qkv (rows of ld values, NULL:
+ * none) the step's q, k and v are first taken from there, as
+ * cuk_split_cols(qkv, T, n_heads * head_dim, n_kv * head_dim, n_kv * head_dim, q, k, v)
+ * would before it (v written too). */
 int cuk_qk_norm_rope_put(float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm, const float *qw,
                          const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r,
-                         const cuk_put_row *rows, const float *v, int dtype, cuk_stream s);
+                         const cuk_put_row *rows, float *v, const float *qkv, long ld, int dtype, cuk_stream s);
 /* Cache slots [slot, slot + n) of kd, vd [slots, row] (kv_dtype dtype) <- k, v [n, row], and of
  * pd [slots] <- pos [n]; with slot_dev the slot is read from device memory instead. */
 int cuk_put_rows(void *kd, void *vd, int32_t *pd, long row, int slot, const int32_t *slot_dev, const float *k,

@@ -28,6 +28,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kv_elem.cuh"
+#include "backend/cuda/attn_merge.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_kernels.h"
@@ -315,33 +316,31 @@ template <int HD> struct fd_cfg {
     static constexpr size_t smem = (size_t)16 * S * sizeof(uint16_t) + (kv > comb ? kv : comb);
 };
 
-/* grid (n_kv, splits): as kernel_flash_attn with T * G <= 16 (one block of rows) */
+/* One block's work of the lean kernel: KV head g's group of the T query rows q [T,
+ * n_heads, HD] at qpos [T] against keys [0, n) of one cache (K, V, kpos: rows of
+ * stride elements; blocks: its block table or NULL), key split `split` of `splits`
+ * (keys [split * per, split * per + per), per = ceil(n / splits)). One split: out
+ * [T, n_heads, HD]; several: part [T * n_heads, pstride, HD + 2] at column `split`
+ * (pstride >= splits: the grid's split count). Every thread of the block calls it. */
 template <int HD>
-__global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode(const float *__restrict__ q, const int32_t *__restrict__ qpos,
-                                                                    int T, const uint16_t *__restrict__ K,
-                                                                    const uint16_t *__restrict__ V, const int32_t *__restrict__ kpos,
-                                                                    int n, const int32_t *__restrict__ blocks,
-                                                                    const cuk_kv_dyn *__restrict__ dyn, long stride,
-                                                                    int n_heads, int n_kv, float scale, int window, float softcap,
-                                                                    const float *__restrict__ sinks, float *__restrict__ out,
-                                                                    float *__restrict__ part) {
-    cuk_pdl_start();
+__device__ __forceinline__ void fd_block(const float *__restrict__ q, const int32_t *__restrict__ qpos, int T,
+                                         const uint16_t *__restrict__ K, const uint16_t *__restrict__ V,
+                                         const int32_t *__restrict__ kpos, int n, const int32_t *__restrict__ blocks,
+                                         long stride, int n_heads, int n_kv, int g, int split, int splits, int pstride,
+                                         float scale, int window, float softcap, const float *__restrict__ sinks,
+                                         float *__restrict__ out, float *__restrict__ part, uint16_t *__restrict__ ybf) {
     constexpr int S = fd_cfg<HD>::S, NT = HD / 8, KS = HD / 16, CH = HD / 8;
     constexpr bool QREG = HD <= 128;
     extern __shared__ uint4 fd_sh4[];
     uint16_t *sq = (uint16_t *)fd_sh4;          /* [16][S] queries (bf16) */
     float *scomb = (float *)(sq + 16 * S);      /* [FD_WARPS][16][HD] after the keys (aliases them) */
     __shared__ float sm[FD_WARPS][16], sl[FD_WARPS][16];
-    const int G = n_heads / n_kv, g = blockIdx.x, total = T * G;
+    const int G = n_heads / n_kv, total = T * G;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, lg = lane >> 2, lt = lane & 3;
     uint16_t *sk = sq + 16 * S + warp * 2 * FD_KW * S; /* [FD_KW][S] this warp's keys */
     uint16_t *sv = sk + FD_KW * S;                      /* [FD_KW][S] and values */
-    if (dyn) {
-        n = dyn->n;
-        blocks = dyn->blocks;
-    }
-    const int splits = gridDim.y, per = (n + splits - 1) / splits;
-    const int jb = (int)blockIdx.y * per, je = min(n, jb + per);
+    const int per = (n + splits - 1) / splits;
+    const int jb = split * per, je = min(n, jb + per);
 
     /* this warp's rows [j0, j0 + FD_KW) of K and V (zeros past je) as two copy groups */
     auto load = [&](int j0) {
@@ -528,7 +527,7 @@ __global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode(const float
             acc += scomb[(w * 16 + r) * HD + c];
         }
         if (part) { /* one split of several: kernel_fa_merge adds the sink and normalizes */
-            float *dst = part + ((t * n_heads + h) * (long)splits + blockIdx.y) * (HD + 2);
+            float *dst = part + ((t * n_heads + h) * (long)pstride + split) * (HD + 2);
             dst[c] = acc;
             if (c == 0) {
                 dst[HD] = M;
@@ -542,9 +541,53 @@ __global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode(const float
             f = M == -INFINITY ? 0.f : __expf(M - M2);
             L = L * f + __expf(sinks[h] - M2);
         }
-        const float inv = L > 0.f ? f / L : 0.f;
-        out[(t * n_heads + h) * (long)HD + c] = acc * inv;
+        const float inv = L > 0.f ? f / L : 0.f, y = acc * inv;
+        out[(t * n_heads + h) * (long)HD + c] = y;
+        if (ybf) ybf[(t * n_heads + h) * (long)HD + c] = f2bf16(y);
     }
+}
+
+/* grid (n_kv, splits): as kernel_flash_attn with T * G <= 16 (one block of rows) */
+template <int HD>
+__global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode(const float *__restrict__ q, const int32_t *__restrict__ qpos,
+                                                                    int T, const uint16_t *__restrict__ K,
+                                                                    const uint16_t *__restrict__ V, const int32_t *__restrict__ kpos,
+                                                                    int n, const int32_t *__restrict__ blocks,
+                                                                    const cuk_kv_dyn *__restrict__ dyn, long stride,
+                                                                    int n_heads, int n_kv, float scale, int window, float softcap,
+                                                                    const float *__restrict__ sinks, float *__restrict__ out,
+                                                                    float *__restrict__ part) {
+    cuk_pdl_start();
+    if (dyn) {
+        n = dyn->n;
+        blocks = dyn->blocks;
+    }
+    fd_block<HD>(q, qpos, T, K, V, kpos, n, blocks, stride, n_heads, n_kv, (int)blockIdx.x, (int)blockIdx.y, (int)gridDim.y,
+                 (int)gridDim.y, scale, window, softcap, sinks, out, part, NULL);
+}
+
+/* A batched decode step's attention on the same tile (cuk_attention_batch's rows: one
+ * query per sequence, each sequence's cache in its descriptor). grid (n_kv, splits,
+ * rows); row r takes min(attn_splits(its keys), splits) splits, as kernel_attn_batch,
+ * so cuk_attention_merge reads the same partials. A padding row (k == NULL) has no
+ * keys: zeros out. Rows are read with 16-byte copies: the pool's bases are aligned
+ * and a row's stride is whole heads of 64+ elements. */
+template <int HD>
+__global__ void __launch_bounds__(FD_WARPS * 32) kernel_flash_decode_batch(const float *__restrict__ q, const int32_t *__restrict__ qpos,
+                                                                          const cuk_attn_seq *__restrict__ seqs, int n_heads, int n_kv,
+                                                                          float scale, int window, float softcap,
+                                                                          const float *__restrict__ sinks, float *__restrict__ out,
+                                                                          float *__restrict__ part, uint16_t *__restrict__ ybf) {
+    cuk_pdl_start_small(CUK_LATE_ATTN);
+    const int row = blockIdx.z, splits = gridDim.y;
+    const cuk_attn_seq sq = seqs[row];
+    const int n = sq.k ? sq.n : 0, mine = min(attn_splits(n), splits);
+    if ((int)blockIdx.y >= mine) return; /* the merge reads only this row's splits */
+    const long qo = (long)row * n_heads * HD;
+    fd_block<HD>(q + qo, qpos + row, 1, (const uint16_t *)sq.k, (const uint16_t *)sq.v, sq.pos, n, sq.blocks, sq.stride,
+                 n_heads, n_kv, (int)blockIdx.x, (int)blockIdx.y, mine, splits, scale, window, softcap, sinks,
+                 splits > 1 ? NULL : out + qo, splits > 1 ? part + (long)row * n_heads * splits * (HD + 2) : NULL,
+                 ybf && splits == 1 ? ybf + qo : NULL);
 }
 
 #define FA_MAX_SPLITS 128
@@ -646,6 +689,43 @@ static int flash_decode(const float *q, const int32_t *qpos, int T, const attn_k
                (const uint16_t *)kv->v, kv->pos, kv->n, kv->blocks, dyn, kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window,
                p->softcap, p->sinks, out, splits > 1 ? work : (float *)NULL);
     return cuk_check("flash decode");
+}
+
+template <int HD>
+static int flash_decode_batch(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int splits,
+                              const attn_params *p, float *out, float *work, uint16_t *ybf, cudaStream_t s) {
+    static int ready[64]; /* as flash(): the shared-memory opt-in, once per GPU */
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev < 0 || dev >= 64 || !ready[dev]) {
+        if (cudaFuncSetAttribute(kernel_flash_decode_batch<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)fd_cfg<HD>::smem) != cudaSuccess)
+            return cuk_check("flash decode (batch) setup");
+        if (dev >= 0 && dev < 64) ready[dev] = 1;
+    }
+    const dim3 grid((unsigned)p->n_kv, (unsigned)splits, (unsigned)n);
+    cuk_launch(kernel_flash_decode_batch<HD>, grid, FD_WARPS * 32, fd_cfg<HD>::smem, s, q, qpos, seqs, p->n_heads, p->n_kv,
+               p->scale, p->window, p->softcap, p->sinks, out, splits > 1 ? work : (float *)NULL, ybf);
+    return cuk_check("flash decode (batch)");
+}
+
+extern "C" int cuk_flash_decode_batch(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int splits,
+                                      const attn_params *p, float *out, float *work, uint16_t *ybf, cuk_stream st) {
+    cudaStream_t s = (cudaStream_t)st;
+    if (!cuk_flash_decode_batch_ok(q, p) || (ybf && splits > 1)) return 1;
+    switch (p->head_dim) {
+    case 64: return flash_decode_batch<64>(q, qpos, n, seqs, splits, p, out, work, ybf, s);
+    case 96: return flash_decode_batch<96>(q, qpos, n, seqs, splits, p, out, work, ybf, s);
+    case 128: return flash_decode_batch<128>(q, qpos, n, seqs, splits, p, out, work, ybf, s);
+    case 192: return flash_decode_batch<192>(q, qpos, n, seqs, splits, p, out, work, ybf, s);
+    default: return flash_decode_batch<256>(q, qpos, n, seqs, splits, p, out, work, ybf, s);
+    }
+}
+
+extern "C" int cuk_flash_decode_batch_ok(const float *q, const attn_params *p) {
+    const int hd = p->head_dim;
+    return !((uintptr_t)q & 15) && p->n_kv > 0 && p->n_heads % p->n_kv == 0 && p->n_heads / p->n_kv <= 16 &&
+           (hd == 64 || hd == 96 || hd == 128 || hd == 192 || hd == 256); /* 32 and 512 keep the CUDA-core kernel */
 }
 
 extern "C" int cuk_flash_attention(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const cuk_kv_dyn *dyn,

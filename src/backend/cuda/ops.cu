@@ -312,12 +312,16 @@ extern "C" int cuk_add_rmsnorm_q8x2(float *x, const float *d, const float *dw, c
  * (as kernel_rmsnorm) and RoPE (as kernel_rope) in one pass. With rows (a decode
  * step's KV writes, the op after it, cuk_put_batch's rows [T]): each k head's result
  * also goes to its token's cache row, and T * n_kv more blocks copy v's heads there,
- * so the step saves the put's launch and its wait. KT: the cache's element type. */
+ * so the step saves the put's launch and its wait. With qkv (a batched step's fused
+ * q|k|v product, rows of ld values, which cuk_split_cols would have split into q, k
+ * and vb first): the heads are read from there, q and k get their results as if split
+ * first, and v's heads go to vb as well as to the cache, so the split's launch goes too.
+ * KT: the cache's element type. */
 template <typename KT>
 __global__ void kernel_qk_norm_rope(float *q, float *k, int n_heads, int n_kv, int head_dim, int norm,
                                     const float *__restrict__ qw, const float *__restrict__ kw, float eps, int plus_one,
                                     const int32_t *__restrict__ pos, const float *__restrict__ inv_freq, int dim, float af,
-                                    const cuk_put_row *__restrict__ rows, const float *__restrict__ vsrc) {
+                                    const cuk_put_row *__restrict__ rows, float *vb, const float *__restrict__ qkv, long ld) {
     cuk_pdl_start_small(CUK_LATE_ROPE);
     const int nh = n_heads + (k ? n_kv : 0) + (rows ? n_kv : 0);
     const int t = blockIdx.x / nh, h = blockIdx.x % nh, c = threadIdx.x;
@@ -325,10 +329,16 @@ __global__ void kernel_qk_norm_rope(float *q, float *k, int n_heads, int n_kv, i
     if (h >= n_heads + n_kv) { /* a v head: copied to the cache as it is */
         const long at = (long)(h - n_heads - n_kv) * head_dim + c;
         const cuk_put_row d = rows[t];
-        if (c < head_dim) kv_store((KT *)d.v + at, vsrc[(long)t * n_kv * head_dim + at]);
+        if (c < head_dim) {
+            float *vt = vb + (long)t * n_kv * head_dim;
+            const float x = qkv ? qkv[t * ld + (long)(n_heads + n_kv) * head_dim + at] : vt[at];
+            if (qkv) vt[at] = x;
+            kv_store((KT *)d.v + at, x);
+        }
         return;
     }
     float *v = isq ? q + ((long)t * n_heads + h) * head_dim : k + ((long)t * n_kv + (h - n_heads)) * head_dim;
+    const float *in = qkv ? qkv + t * ld + (long)h * head_dim : v; /* k's heads follow q's in a fused row too */
     KT *dst = NULL;
     if (rows && !isq) {
         const cuk_put_row d = rows[t];
@@ -338,7 +348,7 @@ __global__ void kernel_qk_norm_rope(float *q, float *k, int n_heads, int n_kv, i
     const float *w = isq ? qw : kw;
     __shared__ float part[32];
     __shared__ float row[512];
-    float a = c < head_dim ? v[c] : 0.f;
+    float a = c < head_dim ? in[c] : 0.f;
     if (norm) {
         const float r = rsqrtf(block_sum(a * a, part) / head_dim + eps);
         const float g = w && c < head_dim ? (plus_one ? 1.f + w[c] : w[c]) : 1.f;
@@ -377,7 +387,7 @@ __global__ void kernel_qk_norm_rope(float *q, float *k, int n_heads, int n_kv, i
 template <typename KT>
 static int launch_qk_norm_rope(float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm, const float *qw,
                                const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r,
-                               const cuk_put_row *rows, const float *v, cudaStream_t s) {
+                               const cuk_put_row *rows, float *v, const float *qkv, long ld, cudaStream_t s) {
     if (head_dim > 512) return err_set("cuda qk_norm_rope: head_dim %d exceeds 512", head_dim);
     /* no table: no rotation (the kernel tests inv_freq) */
     const float *inv_freq = r ? r->inv_freq : NULL;
@@ -386,7 +396,7 @@ static int launch_qk_norm_rope(float *q, float *k, int T, int n_heads, int n_kv,
     const int threads = ((head_dim + 31) / 32) * 32;
     const int blocks = T * (n_heads + (k ? n_kv : 0) + (rows ? n_kv : 0));
     cuk_launch(kernel_qk_norm_rope<KT>, blocks, threads, 0, s, q, k, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one, pos,
-               inv_freq, dim, attn_factor, rows, v);
+               inv_freq, dim, attn_factor, rows, v, qkv, ld);
     return cuk_check("qk_norm_rope");
 }
 
@@ -394,18 +404,20 @@ extern "C" int cuk_qk_norm_rope(float *q, float *k, int T, int n_heads, int n_kv
                                 const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r,
                                 cuk_stream s) {
     return launch_qk_norm_rope<float>(q, k, T, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one, pos, r, NULL, NULL,
-                                      (cudaStream_t)s);
+                                      NULL, 0, (cudaStream_t)s);
 }
 
 extern "C" int cuk_qk_norm_rope_put(float *q, float *k, int T, int n_heads, int n_kv, int head_dim, int norm, const float *qw,
                                     const float *kw, float eps, int plus_one, const int32_t *pos, const rope_table *r,
-                                    const cuk_put_row *rows, const float *v, int dtype, cuk_stream s) {
+                                    const cuk_put_row *rows, float *v, const float *qkv, long ld, int dtype, cuk_stream s) {
     if (!k || !rows || !v) return err_set("cuda qk_norm_rope_put: needs k, v and the rows to write");
+    if (qkv && ld < (long)(n_heads + 2 * n_kv) * head_dim)
+        return err_set("cuda qk_norm_rope_put: q|k|v rows of %ld values hold fewer than %d heads", ld, n_heads + 2 * n_kv);
     if (dtype == KVT_BF16)
         return launch_qk_norm_rope<uint16_t>(q, k, T, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one, pos, r, rows, v,
-                                             (cudaStream_t)s);
-    return launch_qk_norm_rope<float>(q, k, T, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one, pos, r, rows, v,
-                                      (cudaStream_t)s);
+                                             qkv, ld, (cudaStream_t)s);
+    return launch_qk_norm_rope<float>(q, k, T, n_heads, n_kv, head_dim, norm, qw, kw, eps, plus_one, pos, r, rows, v, qkv,
+                                      ld, (cudaStream_t)s);
 }
 
 __global__ void kernel_rope(float *x, int T, int n_heads, int head_dim, const int32_t *pos, const float *inv_freq, int dim,

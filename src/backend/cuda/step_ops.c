@@ -184,13 +184,24 @@ void cuda_profile_print(cuda_backend *c) {
     }
 }
 
-#define STAGE_MIN_ROWS 8
+/* 1 when the products of a T-row step read bf16 activations staged ahead: rows past
+ * the matrix-vector kernels' (CUK_MV_BATCH_MAX: cuBLAS and the quantized GEMM convert
+ * their input otherwise) or on the skinny kernel; CUK_STAGE_MIN_T > 0 sets the fewest
+ * rows instead (A/B runs; 9 is the rule before the twenty-third session). */
+static int stage_rows(int T) {
+    static int min = -1;
+    if (min < 0) {
+        const long v = setting_int(SET_CUK_STAGE_MIN_T), mv = setting_int(SET_CUK_MV_BATCH_MAX);
+        min = v > 0 && v < 1000000 ? (int)v : (mv >= 1 && mv <= CUK_MV_MAX_T ? (int)mv : CUK_MV_MAX_T) + 1;
+    }
+    return (T >= min && T > 1) || skinny_rows(T);
+}
 
 /* The fast precision: a residual add + norm, or a GLU, whose output a product reads
  * next also writes it rounded to bf16 into the GEMM staging (when that is large
  * enough: from the second forward on), so the product skips its conversion pass (the
  * same rounding, so the same bits). 1 when it ran e (dry: when it would, running nothing). */
-static int stage_ahead(cuda_backend *c, const step_op *e, cudaStream_t st, int dry) {
+static int stage_ahead(cuda_backend *c, const step_op *e, const char *vals, cudaStream_t st, int dry) {
     if (!c->self->fast) return 0;
     /* prefill-sized ops, and batches whose bf16 products take the tensor-core decode
      * kernel (it reads staged activations too); smaller decode steps leave the kernels
@@ -201,16 +212,29 @@ static int stage_ahead(cuda_backend *c, const step_op *e, cudaStream_t st, int d
         const op_add_rmsnorm_args *a = &e->u.add_rmsnorm;
         y = a->y;
         n = (long)a->T * a->n;
-        if ((a->T <= STAGE_MIN_ROWS && !skinny_rows(a->T)) || (size_t)n * 2 > c->xbf.cap) return 0;
+        if (!stage_rows(a->T) || (size_t)n * 2 > c->xbf.cap) return 0;
         if (dry) return 1;
         RUN(cuk_add_rmsnorm_bf16(a->x, a->d, a->dw, a->w, a->y, a->T, a->n, a->eps, a->plus_one, c->xbf.p, st));
     } else if (e->op == SOP_glu) {
         const op_glu_args *a = &e->u.glu;
         y = a->y;
         n = (long)a->T * a->n;
-        if ((a->T <= STAGE_MIN_ROWS && !skinny_rows(a->T)) || (size_t)n * 2 > c->xbf.cap) return 0;
+        if (!stage_rows(a->T) || (size_t)n * 2 > c->xbf.cap) return 0;
         if (dry) return 1;
         RUN(cuk_glu_bf16(a->g, a->ldg, a->u, a->ldu, a->y, a->T, a->n, a->act, c->xbf.p, st));
+    } else if (e->op == SOP_attention_batch) {
+        /* a batched step's attention output, which the o product reads next (one key
+         * split on the tensor-core kernel: cuk_attention_batch_stages) */
+        static int on = -1;
+        if (on < 0) on = setting_flag(SET_CUK_STAGE_ATTN);
+        const op_attention_batch_args *a = &e->u.attention_batch;
+        y = a->out;
+        n = (long)a->n * a->p.n_heads * a->p.head_dim;
+        if (!on || !stage_rows(a->n) || (size_t)n * 2 > c->xbf.cap || !cuk_attention_batch_stages(a->q, a->max_keys, &a->p, a->dtype))
+            return 0;
+        if (dry) return 1;
+        RUN(cuk_attention_batch_bf16(a->q, a->qpos, a->n, (const cuk_attn_seq *)vals, a->max_keys, &a->p, a->dtype, a->out,
+                                     c->att.p, c->xbf.p, st));
     } else {
         return 0;
     }
@@ -259,7 +283,7 @@ static int floats_apart(const float *a, long na, const float *b, long nb) {
 static void run_op_now(cuda_backend *c, const step_op *e, const step_op *next, const char *vals) {
     cudaStream_t st = c->stream;
     c->op_seq++; /* the staged activations stay valid only from one product to the next */
-    if (stage_q8x2(c, e, next, st, 0) || stage_ahead(c, e, st, 0)) return;
+    if (stage_q8x2(c, e, next, st, 0) || stage_ahead(c, e, vals, st, 0)) return;
     switch (e->op) {
 /* a KERNEL op: its launcher over the recorded arguments */
 #define CUDA_OP_RUN(name)                            \
@@ -407,7 +431,36 @@ static int run_rope_put(cuda_backend *c, const step_op *e, const step_op *put, c
         return 0;
     c->op_seq += 2;
     RUN(cuk_qk_norm_rope_put(a->q, a->k, a->T, a->n_heads, a->n_kv, a->head_dim, a->norm, a->qw, a->kw, a->eps, a->plus_one,
-                             a->pos, a->r_set ? &a->r : NULL, (const cuk_put_row *)put_vals, put->u.pb.v, put->u.pb.dtype, c->stream));
+                             a->pos, a->r_set ? &a->r : NULL, (const cuk_put_row *)put_vals, (float *)put->u.pb.v, NULL, 0,
+                             put->u.pb.dtype, c->stream));
+    return 1;
+}
+
+/* A batched step's split of its fused q|k|v rows into q, k and v, then the q/k norm +
+ * RoPE and KV writes above (a decode step of 2+ rows of a model without biases), as
+ * one kernel reading the fused rows: the split's launch and its wait go, and q, k, v
+ * hold what the three ops leave. CUK_SPLIT_ROPE_PUT=0 keeps the split's own launch.
+ * 1 when it ran all three. */
+static int run_split_rope_put(cuda_backend *c, const step_op *sp, const step_op *e, const step_op *put,
+                              const char *put_vals) {
+    static int on = -1;
+    if (on < 0) on = setting_flag(SET_CUK_SPLIT_ROPE_PUT) && setting_flag(SET_CUK_ROPE_PUT);
+    if (!on || sp->op != SOP_split_cols || e->op != SOP_qk_norm_rope || put->op != SOP_put_batch) return 0;
+    const op_split_cols_args *s = &sp->u.split_cols;
+    const op_qk_norm_rope_args *a = &e->u.qk_norm_rope;
+    const long qd = (long)a->n_heads * a->head_dim, kd = (long)a->n_kv * a->head_dim;
+    if (!a->k || s->T != a->T || s->y0 != a->q || s->y1 != a->k || s->n0 != qd || s->n1 != kd || s->n2 != kd ||
+        put->u.pb.k != a->k || put->u.pb.v != s->y2 || put->u.pb.real != a->T || put->u.pb.row != kd)
+        return 0;
+    /* the fused rows must not overlap what the kernel writes */
+    const long nx = (long)s->T * (qd + 2 * kd);
+    if (!floats_apart(s->x, nx, s->y0, (long)s->T * qd) || !floats_apart(s->x, nx, s->y1, (long)s->T * kd) ||
+        !floats_apart(s->x, nx, s->y2, (long)s->T * kd))
+        return 0;
+    c->op_seq += 3;
+    RUN(cuk_qk_norm_rope_put(a->q, a->k, a->T, a->n_heads, a->n_kv, a->head_dim, a->norm, a->qw, a->kw, a->eps, a->plus_one,
+                             a->pos, a->r_set ? &a->r : NULL, (const cuk_put_row *)put_vals, s->y2, s->x, qd + 2 * kd,
+                             put->u.pb.dtype, c->stream));
     return 1;
 }
 
@@ -428,17 +481,25 @@ static int run_matvec_glu(cuda_backend *c, const step_op *e, const step_op *g, c
         return 0;
     if (!cuk_matvec_glu_ok(w, T, a->act) || skinny_ok(w, T) || !gemm_ok(w, T)) return 0;
     if (!floats_apart(a->y, (long)T * n, e->u.matmul.x, (long)T * w->cols)) return 0;
-    if (stage_q8x2(c, g, after, c->stream, 1) || stage_ahead(c, g, c->stream, 1)) return 0;
+    if (stage_q8x2(c, g, after, c->stream, 1) || stage_ahead(c, g, NULL, c->stream, 1)) return 0;
     c->op_seq += 2;
     RUN(cuk_matvec_glu(w, e->u.matmul.x, a->y, T, a->act, c->stream));
     return 1;
 }
 
 /* Runs ops [0, n) in order; ev (CELER_PROFILE=2 capture: [n + 1] events) is recorded
- * before each op and after the last (a fused pair: both before it). */
+ * before each op and after the last (a fused pair: both before it; a fused triple:
+ * the other two right after it, so its time counts as its first op's). */
 static void run_ops(cuda_backend *c, const step_op *ops, int n, cudaEvent_t *ev) {
     for (int i = 0; i < n && !c->failed; i++) {
         if (ev) cudaEventRecordWithFlags(ev[i], c->stream, cudaEventRecordExternal);
+        if (i + 2 < n && c->profile != 1 && run_split_rope_put(c, &ops[i], &ops[i + 1], &ops[i + 2], values_of(c, &ops[i + 2]))) {
+            for (int j = 0; j < 2; j++) {
+                i++;
+                if (ev) cudaEventRecordWithFlags(ev[i], c->stream, cudaEventRecordExternal);
+            }
+            continue;
+        }
         if (i + 1 < n && c->profile != 1 &&
             (run_rope_put(c, &ops[i], &ops[i + 1], values_of(c, &ops[i + 1])) ||
              run_matvec_glu(c, &ops[i], &ops[i + 1], i + 2 < n ? &ops[i + 2] : NULL))) {
