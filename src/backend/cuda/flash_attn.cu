@@ -648,18 +648,24 @@ extern "C" size_t cuk_flash_work(int T, int n_heads, int head_dim, int n_keys) {
     return sp > 1 ? (size_t)T * n_heads * sp * (head_dim + 2) : 0;
 }
 
+/* The opt-in to more than 48 KiB of dynamic shared memory for kernel k, once per
+ * kernel and GPU (ready: that kernel's flags); 0, or cuk_check's -1 when refused. */
+template <typename K>
+static int smem_opt_in(K k, size_t bytes, int *ready, const char *what) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev >= 0 && dev < 64 && ready[dev]) return 0;
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess)
+        return cuk_check(what);
+    if (dev >= 0 && dev < 64) ready[dev] = 1;
+    return 0;
+}
+
 template <int HD>
 static int flash(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const cuk_kv_dyn *dyn, const attn_params *p,
                  float *out, float *work, int splits, cudaStream_t s) {
-    static int ready[64]; /* the opt-in to more than 48 KiB of shared memory, once per kernel and GPU */
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev < 0 || dev >= 64 || !ready[dev]) {
-        if (cudaFuncSetAttribute(kernel_flash_attn<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)fa_cfg<HD>::smem) != cudaSuccess)
-            return cuk_check("flash attention setup");
-        if (dev >= 0 && dev < 64) ready[dev] = 1;
-    }
+    static int ready[64];
+    if (smem_opt_in(kernel_flash_attn<HD>, fa_cfg<HD>::smem, ready, "flash attention setup") != 0) return -1;
     const long total = (long)T * (p->n_heads / p->n_kv);
     const dim3 grid((unsigned)((total + FA_BM - 1) / FA_BM), (unsigned)p->n_kv, (unsigned)splits);
     cuk_launch(kernel_flash_attn<HD>, grid, FA_WARPS * 32, fa_cfg<HD>::smem, s, q, qpos, T, (const uint16_t *)kv->k,
@@ -675,15 +681,8 @@ extern "C" void cuk_flash_decode_set(int on) { fd_on = on < 0 ? -1 : on != 0; }
 template <int HD>
 static int flash_decode(const float *q, const int32_t *qpos, int T, const attn_kv *kv, const cuk_kv_dyn *dyn,
                         const attn_params *p, float *out, float *work, int splits, cudaStream_t s) {
-    static int ready[64]; /* as flash(): the shared-memory opt-in, once per GPU */
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev < 0 || dev >= 64 || !ready[dev]) {
-        if (cudaFuncSetAttribute(kernel_flash_decode<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)fd_cfg<HD>::smem) != cudaSuccess)
-            return cuk_check("flash decode setup");
-        if (dev >= 0 && dev < 64) ready[dev] = 1;
-    }
+    static int ready[64];
+    if (smem_opt_in(kernel_flash_decode<HD>, fd_cfg<HD>::smem, ready, "flash decode setup") != 0) return -1;
     const dim3 grid((unsigned)p->n_kv, (unsigned)splits);
     cuk_launch(kernel_flash_decode<HD>, grid, FD_WARPS * 32, fd_cfg<HD>::smem, s, q, qpos, T, (const uint16_t *)kv->k,
                (const uint16_t *)kv->v, kv->pos, kv->n, kv->blocks, dyn, kv->row_stride, p->n_heads, p->n_kv, p->scale, p->window,
@@ -694,15 +693,8 @@ static int flash_decode(const float *q, const int32_t *qpos, int T, const attn_k
 template <int HD>
 static int flash_decode_batch(const float *q, const int32_t *qpos, int n, const cuk_attn_seq *seqs, int splits,
                               const attn_params *p, float *out, float *work, uint16_t *ybf, cudaStream_t s) {
-    static int ready[64]; /* as flash(): the shared-memory opt-in, once per GPU */
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev < 0 || dev >= 64 || !ready[dev]) {
-        if (cudaFuncSetAttribute(kernel_flash_decode_batch<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)fd_cfg<HD>::smem) != cudaSuccess)
-            return cuk_check("flash decode (batch) setup");
-        if (dev >= 0 && dev < 64) ready[dev] = 1;
-    }
+    static int ready[64];
+    if (smem_opt_in(kernel_flash_decode_batch<HD>, fd_cfg<HD>::smem, ready, "flash decode (batch) setup") != 0) return -1;
     const dim3 grid((unsigned)p->n_kv, (unsigned)splits, (unsigned)n);
     cuk_launch(kernel_flash_decode_batch<HD>, grid, FD_WARPS * 32, fd_cfg<HD>::smem, s, q, qpos, seqs, p->n_heads, p->n_kv,
                p->scale, p->window, p->softcap, p->sinks, out, splits > 1 ? work : (float *)NULL, ybf);
