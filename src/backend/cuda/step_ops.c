@@ -197,15 +197,15 @@ static int stage_rows(int T) {
     return (T >= min && T > 1) || skinny_rows(T);
 }
 
-/* The fast precision: a residual add + norm, or a GLU, whose output a product reads
- * next also writes it rounded to bf16 into the GEMM staging (when that is large
- * enough: from the second forward on), so the product skips its conversion pass (the
- * same rounding, so the same bits). 1 when it ran e (dry: when it would, running nothing). */
+/* The fast precision: a residual add + norm, a GLU, or a batched step's attention,
+ * whose output a product reads next also writes it rounded to bf16 into the GEMM
+ * staging (when that is large enough: from the second forward on), so the product
+ * skips its conversion pass (the same rounding, so the same bits). 1 when it ran e
+ * (dry: when it would, running nothing). */
 static int stage_ahead(cuda_backend *c, const step_op *e, const char *vals, cudaStream_t st, int dry) {
     if (!c->self->fast) return 0;
-    /* prefill-sized ops, and batches whose bf16 products take the tensor-core decode
-     * kernel (it reads staged activations too); smaller decode steps leave the kernels
-     * as they were (the matrix-vector kernels read float32) */
+    /* steps whose products convert their input (stage_rows); smaller decode steps
+     * leave the kernels as they were (the matrix-vector kernels read float32) */
     const float *y;
     long n;
     if (e->op == SOP_add_rmsnorm && e->u.add_rmsnorm.y) {
