@@ -3,7 +3,7 @@
 # record (gemma4-e4b: 256-wide sliding and 512-wide global heads, shared KV layers;
 # gemma4-12b; exaone4-1.2b: 64-wide heads), A/B by CUK_ATTN_BATCH_MMA_MIN_KEYS
 # (1000000: CUDA cores, 0: tensor cores, the default), 8 and 32 sequences, and 32 with
-# 2,048-token prompts (past the 1,024-token windows).
+# 2,048-token prompts (past the sliding windows).
 set -u
 cd "$(dirname "$0")/.."
 rm -rf /tmp/r
