@@ -8,7 +8,8 @@
  * 5e-2 of the CPU and the same clear top token, and identical bit for bit with and
  * without graphs (the kernels and their order are the same), with the small kernels'
  * launch order chosen per graph (CELER_PDL_LATE=auto, the default: each graph's
- * choice is made within the run, as CELER_STATS reports) and fixed late (63). Run by
+ * choice is made within the run, as CELER_STATS reports) and fixed late (63). Also
+ * the measurement modes that take steps apart (CELER_PROFILE 4-9). Run by
  * `make test-cuda`. */
 #include <math.h>
 #include <stdio.h>
@@ -160,6 +161,53 @@ static void llama_q4_fast(void) {
     fixture_select_exact();
 }
 
+/* CELER_PROFILE 4-9 take recorded steps apart for measurement (step_ops.c,
+ * run_ops_apart): under each mode, on llama-q4 at the fast precision (its norms and
+ * GLUs write int8 pieces, which the modes must account for), a prompt and 40 steps run
+ * without error, through captured graphs, and leave the steps' outputs uncomputed:
+ * every step's logits the same bits (the logits buffer is not written, or is written
+ * from inputs no step recomputes), where the whole steps' differ. */
+static void profile_parts(void) {
+    const char *dir = "tests/fixtures/models/llama-q4";
+    enum { N = 40 };
+    setting_override(SET_CELER_PRECISION, "fast");
+    setting_override(SET_CELER_GRAPH, "1"); /* the modes act on recorded steps; run() left it as its last call set it */
+    setting_override(SET_CELER_PDL_LATE, NULL);
+    celer_model *m = celer_model_open_on(dir, 1, "cpu");
+    CHECK(m != NULL, "%s: %s", dir, celer_last_error());
+    if (!m) return;
+    celer_model_info in;
+    celer_model_get_info(m, &in);
+    celer_model_free(m);
+    const int V = in.vocab_size;
+    int32_t tok[PROMPT + N];
+    unsigned seed = 13;
+    for (int i = 0; i < PROMPT + N; i++) tok[i] = (int32_t)(rand_r(&seed) % (unsigned)(V - 1)) + 1;
+    float *out = malloc((size_t)(1 + N) * V * sizeof *out);
+    CHECK(out != NULL, "out of memory");
+    for (int mode = 0; mode <= 9 && out; mode = mode ? mode + 1 : 4) {
+        char v[4];
+        snprintf(v, sizeof v, "%d", mode);
+        setting_override(SET_CELER_PROFILE, v);
+        m = celer_model_open_on(dir, 1, "cuda");
+        celer_session *s = m ? celer_session_new(m, 256, 32) : NULL;
+        int rc = s ? celer_session_eval(s, tok, PROMPT, out, 0) : -1;
+        for (int i = 0; i < N && rc == 0; i++) rc = celer_session_eval(s, &tok[PROMPT + i], 1, out + (size_t)(1 + i) * V, 0);
+        CHECK(rc == 0, "CELER_PROFILE=%d: %s", mode, celer_last_error());
+        size_t same = 0; /* steps whose logits are those of the step before, bit for bit */
+        for (int i = 2; i <= N && rc == 0; i++)
+            same += memcmp(out + (size_t)i * V, out + (size_t)(i - 1) * V, (size_t)V * sizeof *out) == 0;
+        printf("  CELER_PROFILE=%d: %zu of %d steps repeat the logits of the step before\n", mode, same, N - 1);
+        if (mode == 0) CHECK(rc == 0 && same == 0, "whole steps: %zu steps repeat their logits", same);
+        else CHECK(rc == 0 && same == (size_t)(N - 1), "CELER_PROFILE=%d: only %zu of %d steps left their logits alone", mode, same, N - 1);
+        celer_session_free(s);
+        celer_model_free(m);
+    }
+    setting_override(SET_CELER_PROFILE, NULL);
+    free(out);
+    fixture_select_exact();
+}
+
 static void default_model(void) { graphs_match("models/default"); }
 static void gemma3_rotating(void) { graphs_match("tests/fixtures/models/gemma3"); }
 static void llama_q4(void) { graphs_match("tests/fixtures/models/llama-q4"); }
@@ -170,5 +218,6 @@ int main(void) {
     RUN(gemma3_rotating);
     RUN(llama_q4);
     RUN(llama_q4_fast);
+    RUN(profile_parts);
     return harness_done();
 }

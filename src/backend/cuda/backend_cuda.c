@@ -656,7 +656,7 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols, const cuda_host
         return NULL;
     }
     const long prof = setting_int(SET_CELER_PROFILE);
-    c->profile = prof == 2 || prof == 3 ? (int)prof
+    c->profile = prof >= 2 && prof <= 9 ? (int)prof
                  : prof == 1 && cudaEventCreate(&c->prof_ev[0]) == cudaSuccess && cudaEventCreate(&c->prof_ev[1]) == cudaSuccess
                      ? 1
                      : 0;

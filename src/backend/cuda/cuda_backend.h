@@ -93,6 +93,11 @@ typedef struct {
 #define STEP_GRAPHS 16 /* a few key-count buckets for each batch-size bucket in use */
 #define STEP_VALUES ((size_t)2 << 20) /* bytes of one step's values (a batched step's descriptors: ~600 KiB at 256 rows) */
 #define STEP_MAX_T 256 /* the largest batch a step records (the largest batch-size bucket) */
+#define PROF_SHAPES 24  /* CELER_PROFILE 1-2: product shapes timed apart */
+/* CELER_PROFILE modes: 2 and 7 time each op of a step graph between event nodes;
+ * 6, 7 and 9 read each product's weights in its place (step_ops.c, run_ops_apart) */
+#define PROF_EVENTS(c) ((c)->profile == 2 || (c)->profile == 7)
+#define PROF_READS(c) ((c)->profile == 6 || (c)->profile == 7 || (c)->profile == 9)
 
 typedef struct {
     int id;
@@ -151,6 +156,13 @@ typedef struct {
     cudaEvent_t prof_ev[2];
     double prof_ms[SOP_KINDS + 1], prof_bytes[SOP_KINDS + 1]; /* [SOP_KINDS]: matrix-vector products */
     long prof_n[SOP_KINDS + 1];
+    struct { /* the matrix-vector products by weight shape (the first PROF_SHAPES seen) */
+        int64_t rows, cols;
+        int fmt;
+        double ms, bytes;
+        long n;
+    } prof_shape[PROF_SHAPES];
+    int n_prof_shapes;
     /* CELER_PROFILE=3 (timeline.c): event pairs around graph launches and the ops run
      * outside graphs, [tl_n / 2] kinds; read at exit */
     cudaEvent_t *tl_ev;

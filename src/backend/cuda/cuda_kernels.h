@@ -91,6 +91,11 @@ int cuk_gemm2(void *cublas, const weight *w, const float *x, float *y, int T, ui
 size_t cuk_gemm_y2_elems(int T, int64_t rows);
 /* p [n elements] random (fill.cu): kind 0 bytes; 1 bf16, 2 f16, 3 f32 uniform in [lo, hi) */
 int cuk_fill(void *p, size_t n, int kind, float lo, float hi, uint64_t seed, cuk_stream s);
+/* Stand-ins for a decode step's ops (stand_in.cu, CELER_PROFILE 6-9): a kernel that
+ * reads w's arrays and nothing else (sink: 4 device bytes it may write), and a kernel
+ * that does nothing but wait on the one before it. */
+int cuk_read_floor(const weight *w, void *sink, cuk_stream s);
+int cuk_empty_launch(cuk_stream s);
 /* Prefill products of quantized weights with the dequantization inside the tensor-core
  * product (qgemm.cu): y [T, rows] = x [T, cols] times w^T, x rounded once to bf16 (fast)
  * or split into two bf16 terms (exact) in xbf (cuk_gemm_xbf_elems(T, cols) values).

@@ -46,7 +46,7 @@ void late_captured(cuda_backend *c, step_graph *g) {
     late_order *o = &g->late;
     memset(o, 0, sizeof *o);
     /* no early launches at all (CELER_PDL=0), or graphs timed op by op: nothing to choose */
-    if (c->late_fixed >= 0 || !setting_flag(SET_CELER_PDL) || c->profile == 1 || c->profile == 2) {
+    if (c->late_fixed >= 0 || !setting_flag(SET_CELER_PDL) || c->profile == 1 || PROF_EVENTS(c)) {
         o->mask = c->late_fixed >= 0 ? c->late_fixed : 0;
         return;
     }

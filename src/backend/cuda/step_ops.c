@@ -70,6 +70,7 @@ static int reserve_work(cuda_backend *c, const step_op *e) {
     case SOP_matmul: {
         const weight *w = &e->u.matmul.w;
         const int T = e->u.matmul.T;
+        if (PROF_READS(c) && !cuda_grow(c, &c->mv, 16, "read floor")) return 0; /* its sink */
         if (skinny_ok(w, T)) return cuda_grow(c, &c->xbf, cuk_gemm_xbf_elems(T, w->cols) * 2, "gemm staging") != NULL;
         if (gemm_ok(w, T)) return cuda_grow(c, &c->mv, cuk_matvec_work(T, w->cols), "matvec work") != NULL;
         if (cuk_qgemm_wanted(w, T, c->self->fast)) { /* the fused kernel stages the activations alone */
@@ -113,7 +114,23 @@ static void prof_add(cuda_backend *c, const step_op *e, float ms) {
     int k = e->op;
     if (k == SOP_matmul && (skinny_ok(&e->u.matmul.w, e->u.matmul.T) || gemm_ok(&e->u.matmul.w, e->u.matmul.T))) {
         k = SOP_KINDS; /* matrix-vector products apart from GEMMs, with their bytes */
-        c->prof_bytes[k] += (double)e->u.matmul.w.nbytes;
+        const weight *w = &e->u.matmul.w;
+        c->prof_bytes[k] += (double)w->nbytes;
+        int i = 0;
+        while (i < c->n_prof_shapes && (c->prof_shape[i].rows != w->rows || c->prof_shape[i].cols != w->cols ||
+                                        c->prof_shape[i].fmt != (int)w->fmt))
+            i++;
+        if (i == c->n_prof_shapes && i < PROF_SHAPES) {
+            c->prof_shape[i].rows = w->rows;
+            c->prof_shape[i].cols = w->cols;
+            c->prof_shape[i].fmt = (int)w->fmt;
+            c->n_prof_shapes++;
+        }
+        if (i < c->n_prof_shapes) {
+            c->prof_shape[i].ms += ms;
+            c->prof_shape[i].bytes += (double)w->nbytes;
+            c->prof_shape[i].n++;
+        }
     }
     c->prof_ms[k] += ms;
     c->prof_n[k]++;
@@ -144,6 +161,7 @@ static void prof_graph(cuda_backend *c, const step_graph *g) {
     if (!g->ev || cudaEventSynchronize(g->ev[g->n]) != cudaSuccess) return;
     for (int i = 0; i < g->n; i++) {
         float ms = 0;
+        if (c->profile == 7 && g->ops[i].op != SOP_matmul) continue; /* left out of the replay */
         if (cudaEventElapsedTime(&ms, g->ev[i], g->ev[i + 1]) == cudaSuccess) prof_add(c, &g->ops[i], ms);
     }
     c->prof_replays++;
@@ -168,19 +186,36 @@ void cuda_profile_print(cuda_backend *c) {
         tl_print(c, names);
         return;
     }
-    const long nr = c->profile == 2 ? c->prof_replays : c->n_forwards;
+    if (c->profile >= 4) {
+        static const char *const part[] = {"only the products", "all but the products", "a read of each product's weights",
+                                           "a read of each product's weights, timed apart",
+                                           "the products and an empty kernel for every other launch",
+                                           "a read of each product's weights and an empty kernel for every other launch"};
+        fprintf(stderr, "cuda profile: decode steps ran %s (CELER_PROFILE=%d); their outputs were not computed\n",
+                part[c->profile - 4], c->profile);
+        if (c->profile != 7) return;
+    }
+    const long nr = PROF_EVENTS(c) ? c->prof_replays : c->n_forwards;
     const double nf = nr > 0 ? (double)nr : 1;
     double total = 0;
     for (int k = 0; k <= SOP_KINDS; k++) total += c->prof_ms[k];
     fprintf(stderr, "cuda profile: %ld %s, %.3f ms of kernel time per %s\n", nr,
-            c->profile == 2 ? "graph replays" : "forwards", total / nf,
-            c->profile == 2 ? "replay (ops timed inside the graph, event nodes between them)" : "forward (each op timed alone)");
+            PROF_EVENTS(c) ? "graph replays" : "forwards", total / nf,
+            PROF_EVENTS(c) ? "replay (ops timed inside the graph, event nodes between them)" : "forward (each op timed alone)");
     for (int k = 0; k <= SOP_KINDS; k++) {
         if (!c->prof_n[k]) continue;
         fprintf(stderr, "  %-26s %7.1f calls %9.1f us %5.1f%%", names[k], c->prof_n[k] / nf, 1e3 * c->prof_ms[k] / nf,
                 100.0 * c->prof_ms[k] / (total > 0 ? total : 1));
         if (c->prof_bytes[k] > 0) fprintf(stderr, "  %7.0f GB/s", c->prof_bytes[k] / (c->prof_ms[k] * 1e-3) / 1e9);
         fprintf(stderr, "\n");
+    }
+    /* the products by shape: where small matrices read below the large ones' rate */
+    for (int i = 0; i < c->n_prof_shapes; i++) {
+        const double ms = c->prof_shape[i].ms;
+        fprintf(stderr, "    %6lld x %-6lld fmt %d %6.1f calls %8.1f us %7.2f MB a call %7.0f GB/s\n",
+                (long long)c->prof_shape[i].rows, (long long)c->prof_shape[i].cols, c->prof_shape[i].fmt,
+                c->prof_shape[i].n / nf, 1e3 * ms / nf, c->prof_shape[i].bytes / c->prof_shape[i].n / 1e6,
+                c->prof_shape[i].bytes / (ms > 0 ? ms * 1e-3 : 1) / 1e9);
     }
 }
 
@@ -421,14 +456,16 @@ static void close_put(cuda_backend *c) {
 
 /* A recorded step's q/k norm + RoPE followed by the KV writes of the same k rows (every
  * attention layer of a decode step) run as one kernel (cuk_qk_norm_rope_put): the
- * writes' launch and their wait on the RoPE go. 1 when it ran both e and put. */
-static int run_rope_put(cuda_backend *c, const step_op *e, const step_op *put, const char *put_vals) {
+ * writes' launch and their wait on the RoPE go. 1 when it ran both e and put (dry: when
+ * it would, running nothing). */
+static int run_rope_put(cuda_backend *c, const step_op *e, const step_op *put, const char *put_vals, int dry) {
     static int on = -1;
     if (on < 0) on = setting_flag(SET_CUK_ROPE_PUT);
     if (!on || e->op != SOP_qk_norm_rope || put->op != SOP_put_batch) return 0;
     const op_qk_norm_rope_args *a = &e->u.qk_norm_rope;
     if (!a->k || put->u.pb.k != a->k || put->u.pb.real != a->T || put->u.pb.row != (long)a->n_kv * a->head_dim)
         return 0;
+    if (dry) return 1;
     c->op_seq += 2;
     RUN(cuk_qk_norm_rope_put(a->q, a->k, a->T, a->n_heads, a->n_kv, a->head_dim, a->norm, a->qw, a->kw, a->eps, a->plus_one,
                              a->pos, a->r_set ? &a->r : NULL, (const cuk_put_row *)put_vals, (float *)put->u.pb.v, NULL, 0,
@@ -440,9 +477,9 @@ static int run_rope_put(cuda_backend *c, const step_op *e, const step_op *put, c
  * RoPE and KV writes above (a decode step of 2+ rows of a model without biases), as
  * one kernel reading the fused rows: the split's launch and its wait go, and q, k, v
  * hold what the three ops leave. CUK_SPLIT_ROPE_PUT=0 keeps the split's own launch.
- * 1 when it ran all three. */
+ * 1 when it ran all three (dry: when it would, running nothing). */
 static int run_split_rope_put(cuda_backend *c, const step_op *sp, const step_op *e, const step_op *put,
-                              const char *put_vals) {
+                              const char *put_vals, int dry) {
     static int on = -1;
     if (on < 0) on = setting_flag(SET_CUK_SPLIT_ROPE_PUT) && setting_flag(SET_CUK_ROPE_PUT);
     if (!on || sp->op != SOP_split_cols || e->op != SOP_qk_norm_rope || put->op != SOP_put_batch) return 0;
@@ -457,6 +494,7 @@ static int run_split_rope_put(cuda_backend *c, const step_op *sp, const step_op 
     if (!floats_apart(s->x, nx, s->y0, (long)s->T * qd) || !floats_apart(s->x, nx, s->y1, (long)s->T * kd) ||
         !floats_apart(s->x, nx, s->y2, (long)s->T * kd))
         return 0;
+    if (dry) return 1;
     c->op_seq += 3;
     RUN(cuk_qk_norm_rope_put(a->q, a->k, a->T, a->n_heads, a->n_kv, a->head_dim, a->norm, a->qw, a->kw, a->eps, a->plus_one,
                              a->pos, a->r_set ? &a->r : NULL, (const cuk_put_row *)put_vals, s->y2, s->x, qd + 2 * kd,
@@ -468,8 +506,8 @@ static int run_split_rope_put(cuda_backend *c, const step_op *sp, const step_op 
  * its two halves after it (g the product's output, u = g + n, both rows 2n apart) as one
  * launch (cuk_matvec_glu: the same bits), unless the GLU would also stage its output
  * for the product after it (after: the op after the GLU, or NULL); CUK_MV_GLU=0 keeps
- * two launches. 1 when it ran both. */
-static int run_matvec_glu(cuda_backend *c, const step_op *e, const step_op *g, const step_op *after) {
+ * two launches. 1 when it ran both (dry: when it would, running nothing). */
+static int run_matvec_glu(cuda_backend *c, const step_op *e, const step_op *g, const step_op *after, int dry) {
     static int on = -1;
     if (on < 0) on = setting_flag(SET_CUK_MV_GLU);
     if (!on || e->op != SOP_matmul || g->op != SOP_glu) return 0;
@@ -482,18 +520,89 @@ static int run_matvec_glu(cuda_backend *c, const step_op *e, const step_op *g, c
     if (!cuk_matvec_glu_ok(w, T, a->act) || skinny_ok(w, T) || !gemm_ok(w, T)) return 0;
     if (!floats_apart(a->y, (long)T * n, e->u.matmul.x, (long)T * w->cols)) return 0;
     if (stage_q8x2(c, g, after, c->stream, 1) || stage_ahead(c, g, NULL, c->stream, 1)) return 0;
+    if (dry) return 1;
     c->op_seq += 2;
     RUN(cuk_matvec_glu(w, e->u.matmul.x, a->y, T, a->act, c->stream));
     return 1;
+}
+
+/* 1 when the step's one-row 4-bit product e quantizes its own input (fast: no norm or
+ * GLU before it, prev, wrote the int8 pieces it reads; o's input, the attention's). */
+static int own_quantize(cuda_backend *c, const step_op *prev, const step_op *e) {
+    const weight *w = &e->u.matmul.w;
+    if (!c->self->fast || e->u.matmul.T != 1 || skinny_ok(w, 1) || !gemm_ok(w, 1) || !cuk_matvec_q8x2(w)) return 0;
+    return !(prev && stage_q8x2(c, prev, e, c->stream, 1));
+}
+
+/* CELER_PROFILE 4-9 take a decode step apart, for measurement only (the step's outputs
+ * are not computed; the exit note says so). Each launch of the step (a product, with
+ * the GLU where the two are one launch; a small kernel, or the two or three ops fused
+ * into one) is kept, left out or replaced, by mode:
+ *   4  products as the step runs them (reading int8 pieces where a norm or GLU would
+ *      have written them), the rest left out;  5  the products left out, the rest kept;
+ *   6  each product replaced by a read of its weights (cuk_read_floor), the rest left
+ *      out;  7  the same, timed op by op as under 2 (beside 2: each product shape
+ *      against a read of its bytes);
+ *   8  products kept, every other launch an empty kernel (cuk_empty_launch: the
+ *      launches' own cost);  9  reads for products and empty kernels for the rest (the
+ *      floor of a step of these launches).
+ * 4 and 5 against the whole step give what the products and the rest cost and how much
+ * they overlap; 8 splits the rest's cost into launches and work. */
+static void run_ops_apart(cuda_backend *c, const step_op *ops, int n, cudaEvent_t *ev) {
+    const int mode = c->profile, reads = PROF_READS(c);
+    for (int i = 0; i < n && !c->failed; i++) {
+        if (ev) cudaEventRecordWithFlags(ev[i], c->stream, cudaEventRecordExternal);
+        const step_op *e = &ops[i], *next = i + 1 < n ? &ops[i + 1] : NULL;
+        int span = 1;
+        if (e->op == SOP_matmul) {
+            const int glu = next && run_matvec_glu(c, e, next, i + 2 < n ? &ops[i + 2] : NULL, 1);
+            span += glu;
+            const int own = own_quantize(c, i > 0 ? &ops[i - 1] : NULL, e);
+            if (reads) {
+                c->op_seq++;
+                if (mode == 9 && own) RUN(cuk_empty_launch(c->stream));
+                RUN(cuk_read_floor(&e->u.matmul.w, c->mv.p, c->stream));
+            } else if (mode != 5) {
+                if (!own && c->self->fast && e->u.matmul.T == 1 && cuk_matvec_q8x2(&e->u.matmul.w)) {
+                    c->xq_src = e->u.matmul.x; /* as if its norm or GLU had written the pieces */
+                    c->xq_seq = c->op_seq;
+                }
+                if (!glu || !run_matvec_glu(c, e, next, i + 2 < n ? &ops[i + 2] : NULL, 0))
+                    run_op(c, e, next, values_of(c, e));
+            }
+        } else {
+            const int fused3 = i + 2 < n && run_split_rope_put(c, e, next, &ops[i + 2], values_of(c, &ops[i + 2]), 1);
+            const int fused2 = !fused3 && next && run_rope_put(c, e, next, values_of(c, next), 1);
+            span = fused3 ? 3 : fused2 ? 2 : 1;
+            if (mode == 5) {
+                if (fused3) run_split_rope_put(c, e, next, &ops[i + 2], values_of(c, &ops[i + 2]), 0);
+                else if (fused2) run_rope_put(c, e, next, values_of(c, next), 0);
+                else run_op(c, e, next, values_of(c, e));
+            } else if (mode >= 8) {
+                c->op_seq += span;
+                RUN(cuk_empty_launch(c->stream));
+            }
+        }
+        for (int j = 1; j < span; j++) {
+            i++;
+            if (ev) cudaEventRecordWithFlags(ev[i], c->stream, cudaEventRecordExternal);
+        }
+    }
+    if (ev && !c->failed) cudaEventRecordWithFlags(ev[n], c->stream, cudaEventRecordExternal);
 }
 
 /* Runs ops [0, n) in order; ev (CELER_PROFILE=2 capture: [n + 1] events) is recorded
  * before each op and after the last (a fused pair: both before it; a fused triple:
  * the other two right after it, so its time counts as its first op's). */
 static void run_ops(cuda_backend *c, const step_op *ops, int n, cudaEvent_t *ev) {
+    if (c->profile >= 4) {
+        run_ops_apart(c, ops, n, ev);
+        return;
+    }
     for (int i = 0; i < n && !c->failed; i++) {
         if (ev) cudaEventRecordWithFlags(ev[i], c->stream, cudaEventRecordExternal);
-        if (i + 2 < n && c->profile != 1 && run_split_rope_put(c, &ops[i], &ops[i + 1], &ops[i + 2], values_of(c, &ops[i + 2]))) {
+        if (i + 2 < n && c->profile != 1 &&
+            run_split_rope_put(c, &ops[i], &ops[i + 1], &ops[i + 2], values_of(c, &ops[i + 2]), 0)) {
             for (int j = 0; j < 2; j++) {
                 i++;
                 if (ev) cudaEventRecordWithFlags(ev[i], c->stream, cudaEventRecordExternal);
@@ -501,8 +610,8 @@ static void run_ops(cuda_backend *c, const step_op *ops, int n, cudaEvent_t *ev)
             continue;
         }
         if (i + 1 < n && c->profile != 1 &&
-            (run_rope_put(c, &ops[i], &ops[i + 1], values_of(c, &ops[i + 1])) ||
-             run_matvec_glu(c, &ops[i], &ops[i + 1], i + 2 < n ? &ops[i + 2] : NULL))) {
+            (run_rope_put(c, &ops[i], &ops[i + 1], values_of(c, &ops[i + 1]), 0) ||
+             run_matvec_glu(c, &ops[i], &ops[i + 1], i + 2 < n ? &ops[i + 2] : NULL, 0))) {
             if (ev) cudaEventRecordWithFlags(ev[++i], c->stream, cudaEventRecordExternal);
             else i++;
             continue;
@@ -618,7 +727,7 @@ static step_graph *capture(cuda_backend *c) {
     if (!(g->ops = malloc((size_t)c->n_tape * sizeof *g->ops))) return NULL;
     memcpy(g->ops, c->tape, (size_t)c->n_tape * sizeof *g->ops);
     g->n = c->n_tape;
-    if (c->profile == 2 && (g->ev = calloc((size_t)g->n + 1, sizeof *g->ev)) != NULL)
+    if (PROF_EVENTS(c) && (g->ev = calloc((size_t)g->n + 1, sizeof *g->ev)) != NULL)
         for (int i = 0; i <= g->n; i++)
             if (cudaEventCreate(&g->ev[i]) != cudaSuccess) {
                 for (int j = 0; j < i; j++) cudaEventDestroy(g->ev[j]);
@@ -687,7 +796,7 @@ void cuda_step_end(backend *b) {
         cuda_ok(c, cudaGraphLaunch(g->exec, c->stream), "graph launch");
         if (tl) tl_end(c);
         late_after(c, g);
-        if (c->profile == 2) prof_graph(c, g);
+        if (PROF_EVENTS(c)) prof_graph(c, g);
     } else {
         /* a new list: run it, and keep it to capture if the next step repeats it */
         run_list(c, c->tape, c->n_tape);

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# session 24, call 1: a decode step taken apart (CELER_PROFILE 4-7) on the two shapes
+# short of issue 17's goals (llama3-8b q4, gemma3-4b bf16) and llama3-8b bf16 (which
+# meets its goal), after a few GPU tests of the build.
+set -u
+cd "$(dirname "$0")/.."
+rm -rf /tmp/r
+tar -C .gpu -xJf .gpu/s24a.tar.xz || exit 9
+export LD_LIBRARY_PATH=$PWD/.gpu/lib CELER_CUDA_LIB=
+O=/tmp/r; mkdir -p $O; N=.gpu/new
+t0=$(date +%s)
+el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > $O/smi.txt 2>&1
+timeout 120 $N/tests/cuda/test_cuda_kernels > $O/kernels.log 2>&1; el "kernels rc=$? $(tail -n 1 $O/kernels.log)"
+for t in test_cuda_graph test_cuda_decode; do
+  timeout 300 $N/tests/cuda/$t > "$O/$t.log" 2>&1; el "$t rc=$? $(tail -n 1 $O/$t.log)"
+done
+timeout 200 $N/tests/cuda/test_cuda_precision > $O/precision.log 2>&1; el "precision rc=$? $(tail -n 1 $O/precision.log)"
+b() { # label, env, args
+  local l=$1 e=$2; shift 2
+  env $e timeout 120 $N/celer bench --device cuda "$@" -o md >> $O/$l.md 2>> $O/$l.err
+  el "$l [$e] rc=$? $(grep -E '^\| *[a-z0-9]' $O/$l.md | tail -n 1 | awk -F'|' '{printf "%s ", $(NF-1)}')"
+}
+timeout 150 $N/celer synth --shape llama3-8b --q4 -o /tmp/l8q4 > $O/synth.log 2>&1; el "synth rc=$?"
+for round in 1 2; do
+  for m in 0 4 5 6; do b l8q4-p$m CELER_PROFILE=$m -m /tmp/l8q4 -p 0 -n 128 -r 3; done
+  for m in 0 4 5 6; do b g3-p$m CELER_PROFILE=$m --synth gemma3-4b -p 0 -n 128 -r 3; done
+  for m in 0 4 5 6; do b l8-p$m CELER_PROFILE=$m --synth llama3-8b -p 0 -n 128 -r 3; done
+done
+for m in 2 7; do
+  b l8q4-p$m CELER_PROFILE=$m -m /tmp/l8q4 -p 0 -n 128 -r 3
+  b g3-p$m CELER_PROFILE=$m --synth gemma3-4b -p 0 -n 128 -r 3
+  b l8-p$m CELER_PROFILE=$m --synth llama3-8b -p 0 -n 128 -r 3
+done
+tar -C /tmp -cJf $OUT/r.tar.xz r
