@@ -73,18 +73,24 @@ static int auto_run(const char *dir, const int32_t *tok, float *out, int V, char
     return rc;
 }
 
-static void graphs_match(const char *dir) {
+/* dir's vocabulary size (opened on the CPU), with n random token ids of it in tok
+ * (from seed); 0 when the model did not open. */
+static int random_tokens(const char *dir, int32_t *tok, int n, unsigned seed) {
     celer_model *m = celer_model_open_on(dir, 1, "cpu");
     CHECK(m != NULL, "%s: %s", dir, celer_last_error());
-    if (!m) return;
+    if (!m) return 0;
     celer_model_info in;
     celer_model_get_info(m, &in);
     celer_model_free(m);
-    const int V = in.vocab_size;
-    const size_t rows = 1 + STEPS, n = rows * (size_t)V;
+    for (int i = 0; i < n; i++) tok[i] = (int32_t)(rand_r(&seed) % (unsigned)(in.vocab_size - 1)) + 1;
+    return in.vocab_size;
+}
+
+static void graphs_match(const char *dir) {
     int32_t tok[PROMPT + STEPS];
-    unsigned seed = 11;
-    for (int i = 0; i < PROMPT + STEPS; i++) tok[i] = (int32_t)(rand_r(&seed) % (unsigned)(V - 1)) + 1;
+    const int V = random_tokens(dir, tok, PROMPT + STEPS, 11);
+    if (!V) return;
+    const size_t rows = 1 + STEPS, n = rows * (size_t)V;
     float *cpu = malloc(n * sizeof *cpu), *g = malloc(n * sizeof *g), *ng = malloc(n * sizeof *ng),
           *late = malloc(n * sizeof *late);
     CHECK(cpu && g && ng && late, "out of memory");
@@ -125,17 +131,10 @@ static void llama_q4_fast(void) {
     const char *dir = "tests/fixtures/models/llama-q4";
     setting_override(SET_CELER_PRECISION, "fast");
     setting_override(SET_CUK_MV_I8X2, "2"); /* the fixture's rows (128, 256 columns) too */
-    celer_model *m = celer_model_open_on(dir, 1, "cpu");
-    CHECK(m != NULL, "%s: %s", dir, celer_last_error());
-    if (m) {
-        celer_model_info in;
-        celer_model_get_info(m, &in);
-        celer_model_free(m);
-        const int V = in.vocab_size;
+    int32_t tok[PROMPT + STEPS];
+    const int V = random_tokens(dir, tok, PROMPT + STEPS, 12);
+    if (V) {
         const size_t n = (size_t)(1 + STEPS) * V;
-        int32_t tok[PROMPT + STEPS];
-        unsigned seed = 12;
-        for (int i = 0; i < PROMPT + STEPS; i++) tok[i] = (int32_t)(rand_r(&seed) % (unsigned)(V - 1)) + 1;
         float *g = malloc(n * sizeof *g), *ng = malloc(n * sizeof *ng), *cpu = malloc(n * sizeof *cpu);
         CHECK(g && ng && cpu, "out of memory");
         if (g && ng && cpu && run(dir, "cuda", 1, "63", tok, g, V) == 0 && run(dir, "cuda", 0, NULL, tok, ng, V) == 0 &&
@@ -173,23 +172,15 @@ static void profile_parts(void) {
     setting_override(SET_CELER_PRECISION, "fast");
     setting_override(SET_CELER_GRAPH, "1"); /* the modes act on recorded steps; run() left it as its last call set it */
     setting_override(SET_CELER_PDL_LATE, NULL);
-    celer_model *m = celer_model_open_on(dir, 1, "cpu");
-    CHECK(m != NULL, "%s: %s", dir, celer_last_error());
-    if (!m) return;
-    celer_model_info in;
-    celer_model_get_info(m, &in);
-    celer_model_free(m);
-    const int V = in.vocab_size;
     int32_t tok[PROMPT + N];
-    unsigned seed = 13;
-    for (int i = 0; i < PROMPT + N; i++) tok[i] = (int32_t)(rand_r(&seed) % (unsigned)(V - 1)) + 1;
-    float *out = malloc((size_t)(1 + N) * V * sizeof *out);
-    CHECK(out != NULL, "out of memory");
+    const int V = random_tokens(dir, tok, PROMPT + N, 13);
+    float *out = V ? malloc((size_t)(1 + N) * V * sizeof *out) : NULL;
+    CHECK(!V || out != NULL, "out of memory");
     for (int mode = 0; mode <= 9 && out; mode = mode ? mode + 1 : 4) {
         char v[4];
         snprintf(v, sizeof v, "%d", mode);
         setting_override(SET_CELER_PROFILE, v);
-        m = celer_model_open_on(dir, 1, "cuda");
+        celer_model *m = celer_model_open_on(dir, 1, "cuda");
         celer_session *s = m ? celer_session_new(m, 256, 32) : NULL;
         int rc = s ? celer_session_eval(s, tok, PROMPT, out, 0) : -1;
         for (int i = 0; i < N && rc == 0; i++) rc = celer_session_eval(s, &tok[PROMPT + i], 1, out + (size_t)(1 + i) * V, 0);
