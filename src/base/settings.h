@@ -27,6 +27,7 @@
     X(CELER_PDL, FLAG, "1", "0: GPU kernels launch without programmatic dependent launch")                         \
     X(CELER_PDL_LATE, STR, "auto", "auto: each GPU step graph times its small kernels' two launch orders and keeps the faster; 0..63: a fixed mask by kernel kind (docs/cuda-backend.md)") \
     X(CELER_PROFILE, INT, "0", "1: time every GPU op alone (no graphs); 2: time the ops inside the step graphs; 3: a timeline of decode steps (graph replays, the ops between them, idle time); 4-9: decode steps taken apart, outputs not computed (docs/settings.md); totals at exit") \
+    X(CELER_PROFILE_KEEP, STR, NULL, "under CELER_PROFILE 8 or 9: the op kind (add_rmsnorm, qk_norm_rope, attention, glu, ...) whose launches run as in the whole step") \
     X(CUK_MV_X1, FLAG, "1", "0: GPU T=1 affine products use the general kernel (A/B runs)")                        \
     X(CUK_MV_X1CFG, STR, NULL, "r2u4, r4u2, r8u1 or g64: force one T=1 affine kernel configuration (A/B runs)")   \
     X(CUK_MV_BATCH_MAX, INT, "4", "1..8: the most rows a GPU product runs with the matvec kernels (more: cuBLAS)")  \

@@ -656,6 +656,11 @@ backend *celer_backend_cuda_new(int device_id, int64_t max_cols, const cuda_host
         return NULL;
     }
     const long prof = setting_int(SET_CELER_PROFILE);
+    const char *keep = setting_str(SET_CELER_PROFILE_KEEP);
+    c->profile_keep = cuda_op_kind(keep);
+    if (keep && c->profile_keep < 0)
+        fprintf(stderr, "cuda: CELER_PROFILE_KEEP=%s names no op kind (add_rmsnorm, qk_norm_rope, attention, glu, ...); ignored\n",
+                keep);
     c->profile = prof >= 2 && prof <= 9 ? (int)prof
                  : prof == 1 && cudaEventCreate(&c->prof_ev[0]) == cudaSuccess && cudaEventCreate(&c->prof_ev[1]) == cudaSuccess
                      ? 1

@@ -152,6 +152,7 @@ typedef struct {
     /* CELER_PROFILE=1: every op timed alone (no graphs); 2: the ops of each replayed step
      * graph timed by event nodes between them. GPU time summed per kind. */
     int profile;
+    int profile_keep; /* CELER_PROFILE 8-9: the op kind run as in the whole step, or -1 */
     long prof_replays; /* profile 2: graph replays timed */
     cudaEvent_t prof_ev[2];
     double prof_ms[SOP_KINDS + 1], prof_bytes[SOP_KINDS + 1]; /* [SOP_KINDS]: matrix-vector products */
@@ -266,4 +267,5 @@ void late_after(cuda_backend *c, step_graph *g);
 void late_drop(step_graph *g);
 /* CELER_PROFILE: the per-kind GPU times, printed when the backend is destroyed */
 void cuda_profile_print(cuda_backend *c);
+int cuda_op_kind(const char *name);
 #endif

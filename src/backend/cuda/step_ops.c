@@ -167,23 +167,32 @@ static void prof_graph(cuda_backend *c, const step_graph *g) {
     c->prof_replays++;
 }
 
-void cuda_profile_print(cuda_backend *c) {
-    static const char *const names[TL_KINDS] = {
+/* Each op kind's name (profiles; CELER_PROFILE_KEEP) */
+static const char *const op_names[TL_KINDS] = {
 #define CUDA_OP_NAME(name) [SOP_##name] = #name,
 #define CUDA_OP_NAME_IF(name, mode) OPS_IF_RECORDED(name, mode, CUDA_OP_NAME)
-        BACKEND_OPS(CUDA_OP_NAME_IF)
+    BACKEND_OPS(CUDA_OP_NAME_IF)
 #undef CUDA_OP_NAME_IF
 #undef CUDA_OP_NAME
-        [SOP_copy] = "copy",
-        [SOP_upload] = "upload",
-        [SOP_sample] = "sample",
-        [SOP_put_batch] = "put_rows (batch)",
-        [SOP_KINDS] = "matmul (matvec, decode)",
-        [TL_GRAPH] = "graph replay",
-        [TL_HOST_UPLOAD] = "upload (host to device)",
-    };
+    [SOP_copy] = "copy",
+    [SOP_upload] = "upload",
+    [SOP_sample] = "sample",
+    [SOP_put_batch] = "put_rows (batch)",
+    [SOP_KINDS] = "matmul (matvec, decode)",
+    [TL_GRAPH] = "graph replay",
+    [TL_HOST_UPLOAD] = "upload (host to device)",
+};
+
+/* The op kind named `name` (CELER_PROFILE_KEEP), or -1. */
+int cuda_op_kind(const char *name) {
+    for (int k = 0; name && k < SOP_KINDS; k++)
+        if (op_names[k] && strcmp(op_names[k], name) == 0) return k;
+    return -1;
+}
+
+void cuda_profile_print(cuda_backend *c) {
     if (c->profile == 3) {
-        tl_print(c, names);
+        tl_print(c, op_names);
         return;
     }
     if (c->profile >= 4) {
@@ -204,7 +213,7 @@ void cuda_profile_print(cuda_backend *c) {
             PROF_EVENTS(c) ? "replay (ops timed inside the graph, event nodes between them)" : "forward (each op timed alone)");
     for (int k = 0; k <= SOP_KINDS; k++) {
         if (!c->prof_n[k]) continue;
-        fprintf(stderr, "  %-26s %7.1f calls %9.1f us %5.1f%%", names[k], c->prof_n[k] / nf, 1e3 * c->prof_ms[k] / nf,
+        fprintf(stderr, "  %-26s %7.1f calls %9.1f us %5.1f%%", op_names[k], c->prof_n[k] / nf, 1e3 * c->prof_ms[k] / nf,
                 100.0 * c->prof_ms[k] / (total > 0 ? total : 1));
         if (c->prof_bytes[k] > 0) fprintf(stderr, "  %7.0f GB/s", c->prof_bytes[k] / (c->prof_ms[k] * 1e-3) / 1e9);
         fprintf(stderr, "\n");
@@ -526,12 +535,13 @@ static int run_matvec_glu(cuda_backend *c, const step_op *e, const step_op *g, c
     return 1;
 }
 
-/* 1 when the step's one-row 4-bit product e quantizes its own input (fast: no norm or
- * GLU before it, prev, wrote the int8 pieces it reads; o's input, the attention's). */
-static int own_quantize(cuda_backend *c, const step_op *prev, const step_op *e) {
+/* How the step's product e gets int8 activations under fast: 0 it does not take them
+ * (not a one-row 4-bit product), 1 the norm or GLU before it (prev) writes them, 2 it
+ * quantizes its input with its own launch (o's: the attention's output). */
+static int q8_input(cuda_backend *c, const step_op *prev, const step_op *e) {
     const weight *w = &e->u.matmul.w;
     if (!c->self->fast || e->u.matmul.T != 1 || skinny_ok(w, 1) || !gemm_ok(w, 1) || !cuk_matvec_q8x2(w)) return 0;
-    return !(prev && stage_q8x2(c, prev, e, c->stream, 1));
+    return prev && stage_q8x2(c, prev, e, c->stream, 1) ? 1 : 2;
 }
 
 /* CELER_PROFILE 4-9 take a decode step apart, for measurement only (the step's outputs
@@ -545,7 +555,8 @@ static int own_quantize(cuda_backend *c, const step_op *prev, const step_op *e) 
  *      against a read of its bytes);
  *   8  products kept, every other launch an empty kernel (cuk_empty_launch: the
  *      launches' own cost);  9  reads for products and empty kernels for the rest (the
- *      floor of a step of these launches).
+ *      floor of a step of these launches). Under 8 and 9 the launches of the kind
+ *      CELER_PROFILE_KEEP names run as in the whole step (that kind's cost alone).
  * 4 and 5 against the whole step give what the products and the rest cost and how much
  * they overlap; 8 splits the rest's cost into launches and work. */
 static void run_ops_apart(cuda_backend *c, const step_op *ops, int n, cudaEvent_t *ev) {
@@ -557,13 +568,13 @@ static void run_ops_apart(cuda_backend *c, const step_op *ops, int n, cudaEvent_
         if (e->op == SOP_matmul) {
             const int glu = next && run_matvec_glu(c, e, next, i + 2 < n ? &ops[i + 2] : NULL, 1);
             span += glu;
-            const int own = own_quantize(c, i > 0 ? &ops[i - 1] : NULL, e);
+            const int q8 = q8_input(c, i > 0 ? &ops[i - 1] : NULL, e);
             if (reads) {
                 c->op_seq++;
-                if (mode == 9 && own) RUN(cuk_empty_launch(c->stream));
+                if (mode == 9 && q8 == 2) RUN(cuk_empty_launch(c->stream)); /* its quantizing launch */
                 RUN(cuk_read_floor(&e->u.matmul.w, c->mv.p, c->stream));
             } else if (mode != 5) {
-                if (!own && c->self->fast && e->u.matmul.T == 1 && cuk_matvec_q8x2(&e->u.matmul.w)) {
+                if (q8 == 1) {
                     c->xq_src = e->u.matmul.x; /* as if its norm or GLU had written the pieces */
                     c->xq_seq = c->op_seq;
                 }
@@ -574,7 +585,7 @@ static void run_ops_apart(cuda_backend *c, const step_op *ops, int n, cudaEvent_
             const int fused3 = i + 2 < n && run_split_rope_put(c, e, next, &ops[i + 2], values_of(c, &ops[i + 2]), 1);
             const int fused2 = !fused3 && next && run_rope_put(c, e, next, values_of(c, next), 1);
             span = fused3 ? 3 : fused2 ? 2 : 1;
-            if (mode == 5) {
+            if (mode == 5 || (mode >= 8 && e->op == c->profile_keep)) { /* as the whole step runs it */
                 if (fused3) run_split_rope_put(c, e, next, &ops[i + 2], values_of(c, &ops[i + 2]), 0);
                 else if (fused2) run_rope_put(c, e, next, values_of(c, next), 0);
                 else run_op(c, e, next, values_of(c, e));
