@@ -219,10 +219,14 @@ void cuda_profile_print(cuda_backend *c) {
         fprintf(stderr, "\n");
     }
     /* the products by shape: where small matrices read below the large ones' rate */
+    static const char *const fmts[] = {[WF_F32] = "f32", [WF_F16] = "f16", [WF_BF16] = "bf16", [WF_AFFINE] = "affine",
+                                       [WF_MXFP4] = "mxfp4"};
     for (int i = 0; i < c->n_prof_shapes; i++) {
         const double ms = c->prof_shape[i].ms;
-        fprintf(stderr, "    %6lld x %-6lld fmt %d %6.1f calls %8.1f us %7.2f MB a call %7.0f GB/s\n",
-                (long long)c->prof_shape[i].rows, (long long)c->prof_shape[i].cols, c->prof_shape[i].fmt,
+        const int f = c->prof_shape[i].fmt;
+        fprintf(stderr, "    %6lld x %-6lld %-6s %6.1f calls %8.1f us %7.2f MB a call %7.0f GB/s\n",
+                (long long)c->prof_shape[i].rows, (long long)c->prof_shape[i].cols,
+                f >= 0 && f <= WF_MXFP4 ? fmts[f] : "?",
                 c->prof_shape[i].n / nf, 1e3 * ms / nf, c->prof_shape[i].bytes / c->prof_shape[i].n / 1e6,
                 c->prof_shape[i].bytes / (ms > 0 ? ms * 1e-3 : 1) / 1e9);
     }
