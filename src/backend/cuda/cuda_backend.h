@@ -150,10 +150,11 @@ typedef struct {
     const float *xq_src;
     unsigned long xq_seq;
     /* CELER_PROFILE=1: every op timed alone (no graphs); 2: the ops of each replayed step
-     * graph timed by event nodes between them. GPU time summed per kind. */
+     * graph timed by event nodes between them, GPU time summed per kind; 3: the timeline
+     * (timeline.c); 4-9: steps taken apart (step_ops.c, run_ops_apart). */
     int profile;
     int profile_keep; /* CELER_PROFILE 8-9: the op kind run as in the whole step, or -1 */
-    long prof_replays; /* profile 2: graph replays timed */
+    long prof_replays; /* profiles 2 and 7: graph replays timed */
     cudaEvent_t prof_ev[2];
     double prof_ms[SOP_KINDS + 1], prof_bytes[SOP_KINDS + 1]; /* [SOP_KINDS]: matrix-vector products */
     long prof_n[SOP_KINDS + 1];
